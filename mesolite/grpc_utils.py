@@ -40,4 +40,4 @@ def bind(server: grpc.aio.Server, host: str, port: int) -> int:
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind gRPC server to {host}:{port}")
-    return bound
+    return int(bound)

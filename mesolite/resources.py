@@ -69,7 +69,9 @@ class Resources(Mapping[str, float]):
             try:
                 amount = float(value)
             except ValueError:
-                raise InvalidResources(f"{name}: amount {value.strip()!r} is not a number") from None
+                raise InvalidResources(
+                    f"{name}: amount {value.strip()!r} is not a number"
+                ) from None
             if name in amounts:
                 raise InvalidResources(f"resource {name!r} is given twice")
             amounts[name] = amount

@@ -1,0 +1,1 @@
+"""The mesolite master: tracks agents and frameworks and offers resources by DRF."""

@@ -1,0 +1,832 @@
+"""The master's core: agents, frameworks, tasks and offers, and what happens to them.
+
+The gRPC servicers call the methods here with domain values (already converted
+and validated for shape at the wire); each method validates the request
+against the current state, raises `CallRejected` *before* changing anything if
+it is wrong, and otherwise applies it and queues messages on the peers'
+outboxes. Every method is synchronous, so each call is atomic on the event loop.
+
+Which framework gets which resources is the allocator's decision (`Allocator`,
+pure); this module only tells it what happened and turns its decisions into
+offers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from master import messages as msg
+from master.allocator import Allocator
+from master.outbox import Outbox
+from mesolite.model import (
+    DEFAULT_REFUSE_SECONDS,
+    DEFAULT_ROLE,
+    FrameworkInfo,
+    Offer,
+    RunningTask,
+    StatusSource,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+)
+from mesolite.resources import EMPTY, Resources
+
+log = structlog.get_logger(__name__)
+
+_ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
+_ROLE = re.compile(r"^(\*|[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*)$")
+
+
+class CallRejected(Exception):
+    """A request that is invalid in the current state; nothing was changed."""
+
+
+class RegistrationRefused(Exception):
+    """A subscription or agent registration that is refused; the stream ends."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code  # a grpc.StatusCode name: NOT_FOUND, INVALID_ARGUMENT, ...
+
+
+@dataclass(frozen=True, slots=True)
+class MasterConfig:
+    allocation_interval: float = 1.0
+    offer_timeout: float = 30.0
+    agent_heartbeat_interval: float = 1.0
+    agent_timeout: float = 10.0
+    framework_heartbeat_interval: float = 5.0
+    # Frameworks whose tasks an agent reports after a master restart, but which
+    # have not subscribed again, are torn down after this long.
+    framework_recovery_timeout: float = 120.0
+    completed_tasks_kept: int = 1000
+    weights: dict[str, float] = field(default_factory=dict)
+    seed: int = 0
+
+
+@dataclass(slots=True)
+class Task:
+    spec: TaskSpec
+    framework_id: str
+    agent_id: str
+    state: TaskState = TaskState.STAGING
+    status: TaskStatus | None = None
+    applied_updates: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class Agent:
+    agent_id: str
+    hostname: str
+    address: str
+    total: Resources
+    attributes: dict[str, str]
+    outbox: Outbox[msg.AgentMessage] | None
+    last_seen: float
+    registered_at: float
+    tasks: dict[tuple[str, str], Task] = field(default_factory=dict)  # (framework, task)
+
+    @property
+    def connected(self) -> bool:
+        return self.outbox is not None
+
+
+@dataclass(slots=True)
+class Framework:
+    framework_id: str
+    info: FrameworkInfo
+    outbox: Outbox[msg.FrameworkMessage] | None
+    registered_at: float
+    tasks: dict[str, Task] = field(default_factory=dict)
+    completed: deque[Task] = field(default_factory=deque)
+    offers: set[str] = field(default_factory=set)
+    suppressed: bool = False
+    disconnected_at: float | None = None
+    failover_timer: asyncio.TimerHandle | None = None
+    recovered: bool = False  # known only from an agent's report, not yet subscribed
+
+    @property
+    def connected(self) -> bool:
+        return self.outbox is not None
+
+
+@dataclass(slots=True)
+class OutstandingOffer:
+    offer: Offer
+    expiry_timer: asyncio.TimerHandle | None
+
+
+class Master:
+    def __init__(
+        self,
+        config: MasterConfig,
+        clock: Callable[[], float] = time.monotonic,
+        loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        self.config = config
+        self.master_id = uuid.uuid4().hex[:12]
+        self._clock = clock
+        self._loop = loop or asyncio.get_running_loop()
+        self.allocator = Allocator(clock, seed=config.seed)
+        for role, weight in config.weights.items():
+            self.allocator.set_role_weight(role, weight)
+        self.agents: dict[str, Agent] = {}
+        self.removed_agents: set[str] = set()
+        self.frameworks: dict[str, Framework] = {}
+        self.offers: dict[str, OutstandingOffer] = {}
+        self.allocation_wanted = asyncio.Event()
+        self.started_at = time.time()
+        self._ids = itertools.count(1)
+
+    def _new_id(self, kind: str) -> str:
+        return f"{self.master_id}-{kind}{next(self._ids):04d}"
+
+    def request_allocation(self) -> None:
+        self.allocation_wanted.set()
+
+    # Frameworks ------------------------------------------------------------
+
+    def subscribe(self, info: FrameworkInfo, outbox: Outbox[msg.FrameworkMessage]) -> str:
+        role = info.role or DEFAULT_ROLE
+        if not info.name:
+            raise RegistrationRefused("INVALID_ARGUMENT", "framework name must not be empty")
+        if not _ROLE.match(role):
+            raise RegistrationRefused("INVALID_ARGUMENT", f"invalid role {role!r}")
+        if not (0 <= info.failover_timeout < float("inf")):
+            raise RegistrationRefused(
+                "INVALID_ARGUMENT",
+                f"failover timeout must be a finite number >= 0, got {info.failover_timeout}",
+            )
+        info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id)
+        if info.framework_id:
+            return self._resubscribe(info, outbox)
+        framework_id = self._new_id("F")
+        framework = Framework(framework_id, info, outbox, registered_at=time.time())
+        self.frameworks[framework_id] = framework
+        self.allocator.add_framework(framework_id, role)
+        log.info("framework subscribed", framework_id=framework_id, name=info.name, role=role)
+        outbox.send(msg.Subscribed(framework_id, self.config.framework_heartbeat_interval))
+        self.request_allocation()
+        return framework_id
+
+    def _resubscribe(self, info: FrameworkInfo, outbox: Outbox[msg.FrameworkMessage]) -> str:
+        framework = self.frameworks.get(info.framework_id)
+        if framework is None:
+            raise RegistrationRefused(
+                "NOT_FOUND", f"framework {info.framework_id} is not known to this master"
+            )
+        if framework.recovered and framework.info.role != info.role:
+            # The role was only guessed from the agents' reports.
+            self.allocator.remove_framework(framework.framework_id)
+            self.allocator.add_framework(framework.framework_id, info.role, connected=False)
+            self._regrant(framework)
+        elif framework.info.role != info.role:
+            raise RegistrationRefused(
+                "INVALID_ARGUMENT",
+                f"framework {info.framework_id} has role {framework.info.role!r}; "
+                f"changing it to {info.role!r} is not supported",
+            )
+        if framework.outbox is not None:
+            framework.outbox.close("another scheduler subscribed with this framework id")
+            self._rescind_offers(framework)
+        if framework.failover_timer is not None:
+            framework.failover_timer.cancel()
+            framework.failover_timer = None
+        framework.info = info
+        framework.outbox = outbox
+        framework.disconnected_at = None
+        framework.recovered = False
+        framework.suppressed = False
+        self.allocator.revive(framework.framework_id)
+        self.allocator.connect_framework(framework.framework_id)
+        log.info("framework re-subscribed", framework_id=framework.framework_id, name=info.name)
+        outbox.send(
+            msg.Subscribed(framework.framework_id, self.config.framework_heartbeat_interval)
+        )
+        self.request_allocation()
+        return framework.framework_id
+
+    def _regrant(self, framework: Framework) -> None:
+        by_agent: dict[str, Resources] = {}
+        for task in framework.tasks.values():
+            by_agent[task.agent_id] = by_agent.get(task.agent_id, EMPTY) + task.spec.resources
+        for agent_id, resources in by_agent.items():
+            self.allocator.grant(framework.framework_id, agent_id, resources)
+
+    def disconnect_framework(self, framework_id: str, outbox: Outbox[Any]) -> None:
+        framework = self.frameworks.get(framework_id)
+        if framework is None or framework.outbox is not outbox:
+            return  # already replaced or torn down
+        framework.outbox = None
+        framework.disconnected_at = self._clock()
+        self._rescind_offers(framework)
+        self.allocator.disconnect_framework(framework_id)
+        timeout = framework.info.failover_timeout
+        log.info("framework disconnected", framework_id=framework_id, failover_timeout=timeout)
+        self._start_failover_timer(framework, timeout)
+
+    def _start_failover_timer(self, framework: Framework, timeout: float) -> None:
+        framework_id = framework.framework_id
+        framework.failover_timer = self._loop.call_later(
+            timeout, self._failover_expired, framework_id
+        )
+
+    def _failover_expired(self, framework_id: str) -> None:
+        framework = self.frameworks.get(framework_id)
+        if framework is not None and not framework.connected:
+            log.info("framework failover timeout expired", framework_id=framework_id)
+            self._remove_framework(framework)
+
+    def teardown(self, framework_id: str) -> None:
+        framework = self._framework(framework_id)
+        log.info("framework teardown requested", framework_id=framework_id)
+        self._remove_framework(framework)
+
+    def _remove_framework(self, framework: Framework) -> None:
+        framework_id = framework.framework_id
+        self._rescind_offers(framework, notify=False)
+        for task in list(framework.tasks.values()):
+            agent = self.agents.get(task.agent_id)
+            if agent is not None:
+                agent.tasks.pop((framework_id, task.spec.task_id), None)
+                if agent.outbox is not None:
+                    agent.outbox.send(msg.KillTask(framework_id, task.spec.task_id))
+            log.info(
+                "killing task of removed framework",
+                framework_id=framework_id,
+                task_id=task.spec.task_id,
+                agent_id=task.agent_id,
+            )
+        if framework.failover_timer is not None:
+            framework.failover_timer.cancel()
+        if framework.outbox is not None:
+            framework.outbox.close("framework torn down")
+        self.allocator.remove_framework(framework_id)
+        del self.frameworks[framework_id]
+        log.info("framework removed", framework_id=framework_id, tasks=len(framework.tasks))
+        self.request_allocation()
+
+    # Framework calls -------------------------------------------------------
+
+    def accept(
+        self,
+        framework_id: str,
+        offer_ids: Sequence[str],
+        tasks: Sequence[TaskSpec],
+        refuse_seconds: float | None,
+    ) -> None:
+        framework = self._framework(framework_id)
+        offers = self._own_offers(framework, offer_ids)
+        agent_ids = {o.offer.agent_id for o in offers}
+        if len(agent_ids) != 1:
+            raise CallRejected(f"offers {list(offer_ids)} span several agents {sorted(agent_ids)}")
+        agent_id = agent_ids.pop()
+        agent = self.agents[agent_id]
+        offered = sum((o.offer.resources for o in offers), EMPTY)
+        refuse = _refuse_seconds(refuse_seconds)
+        wanted = self._validate_tasks(framework, agent_id, tasks)
+        if not offered.contains(wanted):
+            raise CallRejected(
+                f"tasks need {wanted} but offers {list(offer_ids)} hold only {offered}"
+            )
+        if agent.outbox is None:
+            raise CallRejected(f"agent {agent_id} is disconnected")
+
+        for o in offers:
+            self._drop_offer(o)
+        for spec in tasks:
+            spec = _with_agent(spec, agent_id)
+            task = Task(spec, framework_id, agent_id)
+            framework.tasks[spec.task_id] = task
+            agent.tasks[(framework_id, spec.task_id)] = task
+            agent.outbox.send(msg.LaunchTask(framework_id, spec))
+            log.info(
+                "launching task",
+                framework_id=framework_id,
+                agent_id=agent_id,
+                task_id=spec.task_id,
+                resources=str(spec.resources),
+            )
+        self.allocator.recover(framework_id, agent_id, offered - wanted, refuse)
+        log.info(
+            "offers accepted",
+            framework_id=framework_id,
+            agent_id=agent_id,
+            offer_ids=list(offer_ids),
+            tasks=len(tasks),
+            unused=str(offered - wanted),
+        )
+        self.request_allocation()
+
+    def _validate_tasks(
+        self, framework: Framework, agent_id: str, tasks: Sequence[TaskSpec]
+    ) -> Resources:
+        seen: set[str] = set()
+        wanted = EMPTY
+        for spec in tasks:
+            if not _ID.match(spec.task_id):
+                raise CallRejected(f"invalid task id {spec.task_id!r}")
+            if spec.task_id in seen:
+                raise CallRejected(f"task id {spec.task_id} appears twice in the call")
+            if spec.task_id in framework.tasks:
+                raise CallRejected(f"task id {spec.task_id} is already in use")
+            if spec.agent_id and spec.agent_id != agent_id:
+                raise CallRejected(
+                    f"task {spec.task_id} names agent {spec.agent_id} "
+                    f"but the offers are for agent {agent_id}"
+                )
+            if not spec.command.strip():
+                raise CallRejected(f"task {spec.task_id} has no command")
+            if spec.resources.is_empty():
+                raise CallRejected(f"task {spec.task_id} asks for no resources")
+            seen.add(spec.task_id)
+            wanted = wanted + spec.resources
+        return wanted
+
+    def decline(
+        self, framework_id: str, offer_ids: Sequence[str], refuse_seconds: float | None
+    ) -> None:
+        framework = self._framework(framework_id)
+        offers = self._own_offers(framework, offer_ids)
+        refuse = _refuse_seconds(refuse_seconds)
+        for o in offers:
+            self._drop_offer(o)
+            self.allocator.recover(framework_id, o.offer.agent_id, o.offer.resources, refuse)
+        log.info(
+            "offers declined",
+            framework_id=framework_id,
+            offer_ids=list(offer_ids),
+            refuse_seconds=refuse,
+        )
+        self.request_allocation()
+
+    def kill(self, framework_id: str, task_id: str) -> None:
+        framework = self._framework(framework_id)
+        task = framework.tasks.get(task_id)
+        if task is None:
+            raise CallRejected(f"task {task_id} is not a running task of this framework")
+        agent = self.agents[task.agent_id]
+        if agent.outbox is None:
+            raise CallRejected(f"agent {task.agent_id} of task {task_id} is disconnected")
+        agent.outbox.send(msg.KillTask(framework_id, task_id))
+        log.info(
+            "kill requested", framework_id=framework_id, task_id=task_id, agent_id=task.agent_id
+        )
+
+    def acknowledge(self, framework_id: str, agent_id: str, task_id: str, update_id: str) -> None:
+        self._framework(framework_id)
+        if not update_id:
+            raise CallRejected("acknowledge needs the update id")
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            raise CallRejected(f"agent {agent_id} is not known")
+        if agent.outbox is not None:
+            agent.outbox.send(msg.AcknowledgeUpdate(framework_id, task_id, update_id))
+        log.debug(
+            "update acknowledged",
+            framework_id=framework_id,
+            agent_id=agent_id,
+            task_id=task_id,
+            update_id=update_id,
+        )
+
+    def reconcile(self, framework_id: str, task_ids: Sequence[str]) -> None:
+        framework = self._framework(framework_id)
+        assert framework.outbox is not None
+        if task_ids:
+            completed = {t.spec.task_id: t for t in framework.completed}
+            for task_id in task_ids:
+                task = framework.tasks.get(task_id) or completed.get(task_id)
+                if task is None:
+                    status = TaskStatus(
+                        task_id,
+                        framework_id,
+                        "",
+                        TaskState.LOST,
+                        "reconciliation: task is unknown",
+                        timestamp=time.time(),
+                        source=StatusSource.MASTER,
+                    )
+                else:
+                    status = self._latest_status(task)
+                framework.outbox.send(msg.Update(status))
+        else:
+            for task in framework.tasks.values():
+                framework.outbox.send(msg.Update(self._latest_status(task)))
+        log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
+
+    def revive(self, framework_id: str) -> None:
+        framework = self._framework(framework_id)
+        framework.suppressed = False
+        self.allocator.revive(framework_id)
+        log.info("offers revived", framework_id=framework_id)
+        self.request_allocation()
+
+    def suppress(self, framework_id: str) -> None:
+        framework = self._framework(framework_id)
+        framework.suppressed = True
+        self.allocator.suppress(framework_id)
+        log.info("offers suppressed", framework_id=framework_id)
+
+    def _framework(self, framework_id: str) -> Framework:
+        framework = self.frameworks.get(framework_id)
+        if framework is None:
+            raise CallRejected(f"framework {framework_id} is not known")
+        return framework
+
+    def _own_offers(self, framework: Framework, offer_ids: Sequence[str]) -> list[OutstandingOffer]:
+        if not offer_ids:
+            raise CallRejected("no offer ids given")
+        if len(set(offer_ids)) != len(offer_ids):
+            raise CallRejected(f"offer ids repeat: {list(offer_ids)}")
+        found = []
+        for offer_id in offer_ids:
+            o = self.offers.get(offer_id)
+            if o is None or o.offer.framework_id != framework.framework_id:
+                raise CallRejected(
+                    f"offer {offer_id} is not outstanding for this framework "
+                    "(unknown, rescinded or already used)"
+                )
+            found.append(o)
+        return found
+
+    @staticmethod
+    def _latest_status(task: Task) -> TaskStatus:
+        last = task.status
+        return TaskStatus(
+            task.spec.task_id,
+            task.framework_id,
+            task.agent_id,
+            task.state,
+            message="reconciliation",
+            exit_code=last.exit_code if last else None,
+            timestamp=time.time(),
+            source=StatusSource.MASTER,
+        )
+
+    # Offers ----------------------------------------------------------------
+
+    def allocate(self) -> int:
+        """Run one allocation cycle and send the resulting offers; returns their count."""
+        decisions = self.allocator.allocate()
+        by_framework: dict[str, list[Offer]] = {}
+        for d in decisions:
+            agent = self.agents[d.agent_id]
+            offer = Offer(
+                self._new_id("O"),
+                d.framework_id,
+                d.agent_id,
+                agent.hostname,
+                d.resources,
+                dict(agent.attributes),
+            )
+            timer = None
+            if self.config.offer_timeout > 0:
+                timer = self._loop.call_later(
+                    self.config.offer_timeout, self._offer_expired, offer.offer_id
+                )
+            self.offers[offer.offer_id] = OutstandingOffer(offer, timer)
+            self.frameworks[d.framework_id].offers.add(offer.offer_id)
+            by_framework.setdefault(d.framework_id, []).append(offer)
+            log.info(
+                "offer made",
+                offer_id=offer.offer_id,
+                framework_id=d.framework_id,
+                agent_id=d.agent_id,
+                resources=str(d.resources),
+            )
+        for framework_id, offers in by_framework.items():
+            outbox = self.frameworks[framework_id].outbox
+            assert outbox is not None, "the allocator offers only to connected frameworks"
+            outbox.send(msg.Offers(offers))
+        return len(decisions)
+
+    def _offer_expired(self, offer_id: str) -> None:
+        o = self.offers.get(offer_id)
+        if o is not None:
+            log.info("offer timed out", offer_id=offer_id, framework_id=o.offer.framework_id)
+            self._rescind(o)
+            self.request_allocation()
+
+    def _drop_offer(self, o: OutstandingOffer) -> None:
+        del self.offers[o.offer.offer_id]
+        framework = self.frameworks.get(o.offer.framework_id)
+        if framework is not None:
+            framework.offers.discard(o.offer.offer_id)
+        if o.expiry_timer is not None:
+            o.expiry_timer.cancel()
+
+    def _rescind(self, o: OutstandingOffer, notify: bool = True) -> None:
+        """Take an offer back; its resources return to the allocator unfiltered."""
+        self._drop_offer(o)
+        offer = o.offer
+        self.allocator.recover(offer.framework_id, offer.agent_id, offer.resources)
+        framework = self.frameworks.get(offer.framework_id)
+        if notify and framework is not None and framework.outbox is not None:
+            framework.outbox.send(msg.Rescind(offer.offer_id))
+        log.info(
+            "offer rescinded",
+            offer_id=offer.offer_id,
+            framework_id=offer.framework_id,
+            agent_id=offer.agent_id,
+        )
+
+    def _rescind_offers(self, framework: Framework, notify: bool = True) -> None:
+        for offer_id in list(framework.offers):
+            self._rescind(self.offers[offer_id], notify)
+
+    def _rescind_agent_offers(self, agent_id: str) -> None:
+        for o in [o for o in self.offers.values() if o.offer.agent_id == agent_id]:
+            self._rescind(o)
+
+    # Agents ----------------------------------------------------------------
+
+    def register_agent(
+        self,
+        agent_id: str,
+        hostname: str,
+        address: str,
+        total: Resources,
+        attributes: dict[str, str],
+        running: Sequence[RunningTask],
+        outbox: Outbox[msg.AgentMessage],
+    ) -> str:
+        if total.is_empty():
+            raise RegistrationRefused("INVALID_ARGUMENT", "agent offers no resources")
+        if agent_id in self.removed_agents:
+            raise RegistrationRefused(
+                "FAILED_PRECONDITION",
+                f"agent {agent_id} was removed from the cluster; register as a new agent",
+            )
+        if agent_id and not _ID.match(agent_id):
+            raise RegistrationRefused("INVALID_ARGUMENT", f"invalid agent id {agent_id!r}")
+        used = sum((t.task.resources for t in running), EMPTY)
+        if not total.contains(used):
+            raise RegistrationRefused(
+                "INVALID_ARGUMENT", f"running tasks use {used}, more than the agent's {total}"
+            )
+        now = self._clock()
+        if agent_id in self.agents:
+            self._reregister_known(self.agents[agent_id], address, running, outbox, now)
+        else:
+            agent_id = agent_id or self._new_id("S")
+            self.agents[agent_id] = Agent(
+                agent_id,
+                hostname,
+                address,
+                total,
+                attributes,
+                outbox,
+                last_seen=now,
+                registered_at=time.time(),
+            )
+            self.allocator.add_agent(agent_id, total)
+            for rt in running:
+                self._adopt_task(self.agents[agent_id], rt)
+            log.info(
+                "agent registered",
+                agent_id=agent_id,
+                hostname=hostname,
+                resources=str(total),
+                tasks=len(running),
+            )
+        outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
+        self.request_allocation()
+        return agent_id
+
+    def _reregister_known(
+        self,
+        agent: Agent,
+        address: str,
+        running: Sequence[RunningTask],
+        outbox: Outbox[msg.AgentMessage],
+        now: float,
+    ) -> None:
+        if agent.outbox is not None:
+            agent.outbox.close("the agent connected again")
+        agent.outbox = outbox
+        agent.address = address
+        agent.last_seen = now
+        reported = {(rt.framework_id, rt.task.task_id) for rt in running}
+        for key, task in list(agent.tasks.items()):
+            if key not in reported:
+                self._terminate(task, TaskState.LOST, "the agent does not know this task")
+        for rt in running:
+            if (rt.framework_id, rt.task.task_id) not in agent.tasks:
+                self._adopt_task(agent, rt)
+        self.allocator.activate_agent(agent.agent_id)
+        log.info("agent re-registered", agent_id=agent.agent_id, tasks=len(running))
+
+    def _adopt_task(self, agent: Agent, rt: RunningTask) -> None:
+        """Take in a task an agent reports that this master does not know."""
+        framework = self.frameworks.get(rt.framework_id)
+        if framework is None:
+            info = FrameworkInfo(
+                name="(recovered)",
+                role=DEFAULT_ROLE,
+                failover_timeout=self.config.framework_recovery_timeout,
+                framework_id=rt.framework_id,
+            )
+            framework = Framework(
+                rt.framework_id,
+                info,
+                outbox=None,
+                registered_at=time.time(),
+                disconnected_at=self._clock(),
+                recovered=True,
+            )
+            self.frameworks[rt.framework_id] = framework
+            self.allocator.add_framework(rt.framework_id, DEFAULT_ROLE, connected=False)
+            self._start_failover_timer(framework, info.failover_timeout)
+            log.info(
+                "framework recovered from an agent's report",
+                framework_id=rt.framework_id,
+                agent_id=agent.agent_id,
+            )
+        spec = _with_agent(rt.task, agent.agent_id)
+        task = Task(spec, rt.framework_id, agent.agent_id, rt.state)
+        framework.tasks[spec.task_id] = task
+        agent.tasks[(rt.framework_id, spec.task_id)] = task
+        self.allocator.grant(rt.framework_id, agent.agent_id, spec.resources)
+        log.info(
+            "task adopted from agent",
+            agent_id=agent.agent_id,
+            framework_id=rt.framework_id,
+            task_id=spec.task_id,
+            state=rt.state.value,
+        )
+
+    def agent_heartbeat(self, agent_id: str) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is not None:
+            agent.last_seen = self._clock()
+
+    def disconnect_agent(self, agent_id: str, outbox: Outbox[Any]) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is None or agent.outbox is not outbox:
+            return
+        agent.outbox = None
+        self.allocator.deactivate_agent(agent_id)
+        self._rescind_agent_offers(agent_id)
+        log.info("agent disconnected", agent_id=agent_id)
+
+    def check_agent_health(self) -> list[str]:
+        """Remove agents silent for longer than the agent timeout; returns their ids."""
+        deadline = self._clock() - self.config.agent_timeout
+        silent = [a for a in self.agents.values() if a.last_seen < deadline]
+        for agent in silent:
+            self.remove_agent(agent.agent_id, "the agent stopped sending heartbeats")
+        return [a.agent_id for a in silent]
+
+    def remove_agent(self, agent_id: str, reason: str) -> None:
+        agent = self.agents[agent_id]
+        self._rescind_agent_offers(agent_id)
+        for task in list(agent.tasks.values()):
+            self._terminate(task, TaskState.LOST, f"agent {agent_id} was removed: {reason}")
+        self.allocator.remove_agent(agent_id)
+        del self.agents[agent_id]
+        self.removed_agents.add(agent_id)
+        if agent.outbox is not None:
+            agent.outbox.close(reason)
+        for framework in self.frameworks.values():
+            if framework.outbox is not None:
+                framework.outbox.send(msg.AgentFailure(agent_id))
+        log.warning("agent removed", agent_id=agent_id, reason=reason)
+        self.request_allocation()
+
+    # Status updates --------------------------------------------------------
+
+    def status_update(self, agent_id: str, status: TaskStatus) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            return
+        agent.last_seen = self._clock()
+        framework = self.frameworks.get(status.framework_id)
+        task = framework.tasks.get(status.task_id) if framework else None
+        if framework is None or task is None:
+            task = self._completed_task(framework, status.task_id) if framework else None
+            if task is None or status.update_id not in task.applied_updates:
+                # Nobody is left to acknowledge it: do so, so the agent stops retrying.
+                if agent.outbox is not None and status.update_id:
+                    agent.outbox.send(
+                        msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+                    )
+                log.info(
+                    "update for an unknown task acknowledged by the master",
+                    agent_id=agent_id,
+                    framework_id=status.framework_id,
+                    task_id=status.task_id,
+                    state=status.state.value,
+                )
+                return
+        elif status.update_id not in task.applied_updates:
+            task.applied_updates.add(status.update_id)
+            task.status = status
+            log.info(
+                "task status",
+                framework_id=status.framework_id,
+                agent_id=agent_id,
+                task_id=status.task_id,
+                state=status.state.value,
+                exit_code=status.exit_code,
+                update_id=status.update_id,
+            )
+            if status.state.is_terminal:
+                self._finish(task, status.state)
+            else:
+                task.state = status.state
+        if framework is not None and framework.outbox is not None:
+            framework.outbox.send(msg.Update(status))
+
+    def _completed_task(self, framework: Framework, task_id: str) -> Task | None:
+        return next((t for t in framework.completed if t.spec.task_id == task_id), None)
+
+    def _terminate(self, task: Task, state: TaskState, reason: str) -> None:
+        """End a task on the master's own authority and tell its framework."""
+        status = TaskStatus(
+            task.spec.task_id,
+            task.framework_id,
+            task.agent_id,
+            state,
+            reason,
+            timestamp=time.time(),
+            source=StatusSource.MASTER,
+        )
+        task.status = status
+        log.info(
+            "task status",
+            framework_id=task.framework_id,
+            agent_id=task.agent_id,
+            task_id=task.spec.task_id,
+            state=state.value,
+            reason=reason,
+        )
+        self._finish(task, state)
+        framework = self.frameworks.get(task.framework_id)
+        if framework is not None and framework.outbox is not None:
+            framework.outbox.send(msg.Update(status))
+
+    def _finish(self, task: Task, state: TaskState) -> None:
+        """Move a task to its terminal state and give its resources back."""
+        task.state = state
+        framework = self.frameworks[task.framework_id]
+        framework.tasks.pop(task.spec.task_id, None)
+        framework.completed.append(task)
+        while len(framework.completed) > self.config.completed_tasks_kept:
+            framework.completed.popleft()
+        agent = self.agents.get(task.agent_id)
+        if agent is not None:
+            agent.tasks.pop((task.framework_id, task.spec.task_id), None)
+            self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
+        self.request_allocation()
+
+    # Periodic --------------------------------------------------------------
+
+    def send_framework_heartbeats(self) -> None:
+        for framework in self.frameworks.values():
+            if framework.outbox is not None:
+                framework.outbox.send(msg.Heartbeat())
+
+    def shutdown(self) -> None:
+        """Cancel timers and close every stream (the master process is stopping)."""
+        for o in self.offers.values():
+            if o.expiry_timer is not None:
+                o.expiry_timer.cancel()
+        for framework in self.frameworks.values():
+            if framework.failover_timer is not None:
+                framework.failover_timer.cancel()
+            if framework.outbox is not None:
+                framework.outbox.close("master shutting down")
+        for agent in self.agents.values():
+            if agent.outbox is not None:
+                agent.outbox.close("master shutting down")
+
+    def tasks(self) -> Iterable[Task]:
+        for framework in self.frameworks.values():
+            yield from framework.tasks.values()
+
+
+def _refuse_seconds(value: float | None) -> float:
+    if value is None:
+        return DEFAULT_REFUSE_SECONDS
+    if not (0 <= value < float("inf")):
+        raise CallRejected(f"refuse_seconds must be a finite number >= 0, got {value}")
+    return value
+
+
+def _with_agent(spec: TaskSpec, agent_id: str) -> TaskSpec:
+    if spec.agent_id == agent_id:
+        return spec
+    return TaskSpec(
+        spec.task_id, spec.command, spec.resources, spec.name, agent_id, dict(spec.environment)
+    )

@@ -1,0 +1,133 @@
+"""The master process: gRPC and HTTP servers around the `Master` core, plus its clocks.
+
+async with MasterServer(config, host="127.0.0.1", port=0, http_port=0) as server:
+    print(server.grpc_address, server.http_address)
+    await server.wait_closed()
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+import grpc.aio
+import structlog
+from aiohttp import web
+
+from master.http import create_app
+from master.master import Master, MasterConfig
+from master.servicers import AgentGatewayService, SchedulerService
+from mesolite import grpc_utils
+from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+
+class MasterServer:
+    def __init__(
+        self, config: MasterConfig, host: str = "127.0.0.1", port: int = 5050, http_port: int = 0
+    ) -> None:
+        self.config = config
+        self.host = host
+        self._port = port
+        self._http_port = http_port
+        self.master: Master | None = None
+        self._grpc: grpc.aio.Server | None = None
+        self._http: web.AppRunner | None = None
+        self._loops: list[asyncio.Task[None]] = []
+        self._closed = asyncio.Event()
+        self.port = 0
+        self.http_port = 0
+
+    @property
+    def grpc_address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"{self.host}:{self.http_port}"
+
+    async def start(self) -> None:
+        master = self.master = Master(self.config)
+        self._grpc = grpc_utils.create_server()
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(master), self._grpc)
+        agent_pb2_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(master), self._grpc)
+        self.port = grpc_utils.bind(self._grpc, self.host, self._port)
+        await self._grpc.start()
+
+        self._http = web.AppRunner(create_app(master), access_log=None)
+        await self._http.setup()
+        site = web.TCPSite(self._http, self.host, self._http_port)
+        await site.start()
+        self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+        cfg = self.config
+        self._loops = [
+            asyncio.create_task(self._allocation_loop(master)),
+            asyncio.create_task(_every(cfg.agent_heartbeat_interval, master.check_agent_health)),
+            asyncio.create_task(
+                _every(cfg.framework_heartbeat_interval, master.send_framework_heartbeats)
+            ),
+        ]
+        log.info(
+            "master started",
+            master_id=master.master_id,
+            grpc=self.grpc_address,
+            http=self.http_address,
+        )
+
+    async def _allocation_loop(self, master: Master) -> None:
+        # Runs every allocation interval, and promptly whenever something frees
+        # resources (the master sets `allocation_wanted`); everything that
+        # happened since the last cycle is batched into the next one.
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(
+                    master.allocation_wanted.wait(), self.config.allocation_interval
+                )
+            master.allocation_wanted.clear()
+            try:
+                master.allocate()
+            except Exception:
+                log.exception("allocation cycle failed")
+
+    async def stop(self, grace: float = 1.0) -> None:
+        for task in self._loops:
+            task.cancel()
+        for task in self._loops:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.master is not None:
+            self.master.shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        if self._http is not None:
+            await self._http.cleanup()
+        self._closed.set()
+        log.info("master stopped")
+
+    async def wait_closed(self) -> None:
+        await self._closed.wait()
+
+    async def __aenter__(self) -> MasterServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+
+async def _every(seconds: float, action: Callable[[], object | Awaitable[object]]) -> None:
+    while True:
+        await asyncio.sleep(seconds)
+        try:
+            action()
+        except Exception:
+            log.exception("periodic action failed", action=getattr(action, "__name__", "?"))

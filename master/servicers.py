@@ -1,0 +1,266 @@
+"""The master's wire edge: gRPC servicers for frameworks and agents.
+
+Thin by design. Each stream has one reader (calls -> `Master` methods, with
+protobuf converted to domain values on the way in) and one writer (the peer's
+`Outbox`, with domain messages converted to protobuf on the way out). Rejected
+calls become ERROR events; nothing else happens here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import TypeVar
+
+import grpc
+import grpc.aio
+import structlog
+
+from master import messages as msg
+from master.master import CallRejected, Master, RegistrationRefused
+from master.outbox import Outbox
+from mesolite import convert
+from mesolite.resources import InvalidResources
+from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+T = TypeVar("T")
+
+
+async def _first(requests: AsyncIterator[T]) -> T | None:
+    try:
+        return await anext(requests)
+    except StopAsyncIteration:
+        return None
+
+
+async def _refuse(
+    context: grpc.aio.ServicerContext[object, object], e: RegistrationRefused
+) -> None:
+    await context.abort(grpc.StatusCode[e.code], str(e))
+
+
+def _read_into(
+    requests: AsyncIterator[T], handle: Callable[[T], None], outbox: Outbox[object]
+) -> asyncio.Task[None]:
+    """Feed every incoming message to `handle`; close the outbox when the peer stops."""
+
+    async def read() -> None:
+        try:
+            async for request in requests:
+                handle(request)
+        except (grpc.aio.AioRpcError, asyncio.CancelledError):
+            pass
+        finally:
+            outbox.close("the peer closed its stream")
+
+    return asyncio.create_task(read())
+
+
+# Frameworks ------------------------------------------------------------------
+
+
+class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
+    def __init__(self, master: Master) -> None:
+        self._master = master
+
+    async def Connect(
+        self,
+        request_iterator: AsyncIterator[scheduler_pb2.Call],
+        context: grpc.aio.ServicerContext[scheduler_pb2.Call, scheduler_pb2.Event],
+    ) -> AsyncIterator[scheduler_pb2.Event]:
+        first = await _first(request_iterator)
+        if first is None:
+            return
+        if first.WhichOneof("call") != "subscribe":
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
+            )
+        outbox: Outbox[msg.FrameworkMessage] = Outbox()
+        try:
+            info = convert.framework_info_from_proto(first.subscribe.framework_info)
+            framework_id = self._master.subscribe(info, outbox)
+        except RegistrationRefused as e:
+            log.warning("subscription refused", reason=str(e), code=e.code)
+            await _refuse(context, e)
+            return
+
+        def handle(call: scheduler_pb2.Call) -> None:
+            if outbox.closed:
+                return  # replaced by a newer subscription; ignore stale calls
+            self._dispatch(framework_id, call, outbox)
+
+        reader = _read_into(request_iterator, handle, outbox)  # type: ignore[arg-type]
+        try:
+            async for message in outbox.drain():
+                yield _framework_event(message)
+        finally:
+            reader.cancel()
+            self._master.disconnect_framework(framework_id, outbox)
+
+    def _dispatch(
+        self, framework_id: str, call: scheduler_pb2.Call, outbox: Outbox[msg.FrameworkMessage]
+    ) -> None:
+        master = self._master
+        kind = call.WhichOneof("call")
+        try:
+            if kind == "accept":
+                a = call.accept
+                tasks = [convert.task_from_proto(t) for t in a.tasks]
+                refuse = _refuse_seconds(a.filters if a.HasField("filters") else None)
+                master.accept(framework_id, list(a.offer_ids), tasks, refuse)
+            elif kind == "decline":
+                d = call.decline
+                refuse = _refuse_seconds(d.filters if d.HasField("filters") else None)
+                master.decline(framework_id, list(d.offer_ids), refuse)
+            elif kind == "kill":
+                master.kill(framework_id, call.kill.task_id)
+            elif kind == "acknowledge":
+                ack = call.acknowledge
+                master.acknowledge(framework_id, ack.agent_id, ack.task_id, ack.update_id)
+            elif kind == "reconcile":
+                master.reconcile(framework_id, list(call.reconcile.task_ids))
+            elif kind == "revive":
+                master.revive(framework_id)
+            elif kind == "suppress":
+                master.suppress(framework_id)
+            elif kind == "teardown":
+                master.teardown(framework_id)
+            elif kind == "subscribe":
+                raise CallRejected("already subscribed on this stream")
+            else:
+                raise CallRejected("empty call")
+        except (CallRejected, InvalidResources, ValueError) as e:
+            log.warning(
+                "call rejected",
+                framework_id=framework_id,
+                call=kind,
+                call_id=call.call_id,
+                reason=str(e),
+            )
+            outbox.send(msg.Error(f"{kind}: {e}", call.call_id))
+
+
+def _refuse_seconds(filters: scheduler_pb2.Filters | None) -> float | None:
+    if filters is None or not filters.HasField("refuse_seconds"):
+        return None
+    return filters.refuse_seconds
+
+
+def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
+    E = scheduler_pb2.Event
+    match message:
+        case msg.Subscribed(framework_id, interval):
+            return E(
+                subscribed=E.Subscribed(
+                    framework_id=framework_id, heartbeat_interval_seconds=interval
+                )
+            )
+        case msg.Offers(offers):
+            return E(offers=E.Offers(offers=[convert.offer_to_proto(o) for o in offers]))
+        case msg.Rescind(offer_id):
+            return E(rescind=E.Rescind(offer_id=offer_id))
+        case msg.Update(status):
+            return E(update=E.Update(status=convert.status_to_proto(status)))
+        case msg.AgentFailure(agent_id):
+            return E(failure=E.Failure(agent_id=agent_id))
+        case msg.Error(message_text, call_id):
+            return E(error=E.Error(message=message_text, call_id=call_id))
+        case msg.Heartbeat():
+            return E(heartbeat=E.Heartbeat())
+    raise TypeError(f"not a framework message: {message!r}")
+
+
+# Agents ----------------------------------------------------------------------
+
+
+class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
+    def __init__(self, master: Master) -> None:
+        self._master = master
+
+    async def Connect(
+        self,
+        request_iterator: AsyncIterator[agent_pb2.AgentCall],
+        context: grpc.aio.ServicerContext[agent_pb2.AgentCall, agent_pb2.AgentEvent],
+    ) -> AsyncIterator[agent_pb2.AgentEvent]:
+        first = await _first(request_iterator)
+        if first is None:
+            return
+        if first.WhichOneof("call") != "register":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first call must be REGISTER")
+        reg = first.register
+        outbox: Outbox[msg.AgentMessage] = Outbox()
+        try:
+            total = convert.resources_from_proto(reg.total)
+            running = [convert.running_task_from_proto(t) for t in reg.tasks]
+        except (InvalidResources, ValueError) as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid registration: {e}")
+            return
+        try:
+            agent_id = self._master.register_agent(
+                reg.agent_id,
+                reg.hostname,
+                reg.address,
+                total,
+                dict(reg.attributes),
+                running,
+                outbox,
+            )
+        except RegistrationRefused as e:
+            log.warning("agent registration refused", agent_id=reg.agent_id, reason=str(e))
+            await _refuse(context, e)
+            return
+
+        def handle(call: agent_pb2.AgentCall) -> None:
+            if outbox.closed:
+                return
+            kind = call.WhichOneof("call")
+            if kind == "heartbeat":
+                self._master.agent_heartbeat(agent_id)
+            elif kind == "status_update":
+                try:
+                    status = convert.status_from_proto(call.status_update.status)
+                except ValueError as e:
+                    log.warning("bad status update", agent_id=agent_id, reason=str(e))
+                    return
+                self._master.status_update(agent_id, status)
+            else:
+                log.warning("unexpected agent call", agent_id=agent_id, call=kind)
+
+        reader = _read_into(request_iterator, handle, outbox)  # type: ignore[arg-type]
+        try:
+            async for message in outbox.drain():
+                yield _agent_event(message)
+        finally:
+            reader.cancel()
+            self._master.disconnect_agent(agent_id, outbox)
+        if agent_id in self._master.removed_agents:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"agent {agent_id} was removed: {outbox.close_reason}",
+            )
+
+
+def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
+    E = agent_pb2.AgentEvent
+    match message:
+        case msg.AgentRegistered(agent_id, interval):
+            return E(
+                registered=E.Registered(agent_id=agent_id, heartbeat_interval_seconds=interval)
+            )
+        case msg.LaunchTask(framework_id, task):
+            return E(
+                launch_task=E.LaunchTask(
+                    framework_id=framework_id, task=convert.task_to_proto(task)
+                )
+            )
+        case msg.KillTask(framework_id, task_id):
+            return E(kill_task=E.KillTask(framework_id=framework_id, task_id=task_id))
+        case msg.AcknowledgeUpdate(framework_id, task_id, update_id):
+            return E(
+                acknowledge=E.Acknowledge(
+                    framework_id=framework_id, task_id=task_id, update_id=update_id
+                )
+            )
+    raise TypeError(f"not an agent message: {message!r}")
