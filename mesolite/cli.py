@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import signal
 import socket
@@ -79,25 +78,46 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
     m.add_argument("--allocation-interval", type=_positive, default=1.0, metavar="S")
     m.add_argument("--offer-timeout", type=_positive, default=30.0, metavar="S")
-    m.add_argument("--agent-timeout", type=_positive, default=10.0, metavar="S",
-                   help="remove an agent silent for this long")
-    m.add_argument("--weights", type=_parse_weights, default={}, metavar="ROLE=W,...",
-                   help="role weights, e.g. eng=2,ops=1")
+    m.add_argument(
+        "--agent-timeout",
+        type=_positive,
+        default=10.0,
+        metavar="S",
+        help="remove an agent silent for this long",
+    )
+    m.add_argument(
+        "--weights",
+        type=_parse_weights,
+        default={},
+        metavar="ROLE=W,...",
+        help="role weights, e.g. eng=2,ops=1",
+    )
 
     a = sub.add_parser("agent", help="run an agent")
     a.add_argument("--master", required=True, metavar="HOST:PORT")
-    a.add_argument("--resources", type=_parse_resources, default=None,
-                   metavar='"cpus:4;mem:14336"', help="default: this machine's CPUs and memory")
+    a.add_argument(
+        "--resources",
+        type=_parse_resources,
+        default=None,
+        metavar='"cpus:4;mem:14336"',
+        help="default: this machine's CPUs and memory",
+    )
     a.add_argument("--attributes", type=_parse_attributes, default={}, metavar='"rack:r1"')
     a.add_argument("--work-dir", type=Path, default=Path("work-dirs/agent"))
     a.add_argument("--hostname", default=socket.gethostname())
 
     d = sub.add_parser("demo", help="run a local cluster with a CPU-heavy and a memory-heavy job")
     d.add_argument("--agents", type=int, default=3)
-    d.add_argument("--agent-resources", type=_parse_resources,
-                   default=Resources.parse("cpus:4;mem:8192"))
-    d.add_argument("--duration", type=_positive, default=60.0, metavar="S",
-                   help="how long to run before stopping")
+    d.add_argument(
+        "--agent-resources", type=_parse_resources, default=Resources.parse("cpus:4;mem:8192")
+    )
+    d.add_argument(
+        "--duration",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="how long to run before stopping",
+    )
     d.add_argument("--task-seconds", type=_positive, default=3.0, metavar="S")
     d.add_argument("--work-dir", type=Path, default=Path("work-dirs/demo"))
     d.add_argument("--http-port", type=int, default=5051)
@@ -159,20 +179,20 @@ async def _run_agent(args: argparse.Namespace) -> int:
     from agent.resources import detect_resources
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    resources = args.resources or detect_resources(args.work_dir)
-    agent = Agent(args.master, resources, args.work_dir, hostname=args.hostname,
-                  attributes=args.attributes)
-    async with agent:
-        runner = asyncio.create_task(agent.run())
-        signalled = asyncio.create_task(_until_signalled())
-        done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
-        for t in (runner, signalled):
-            if t not in done:
-                t.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await t
-        if runner in done:
-            runner.result()
+    resources = detect_resources(args.work_dir, args.resources)
+    agent = Agent(
+        args.master, resources, args.work_dir, hostname=args.hostname, attributes=args.attributes
+    )
+    runner = asyncio.create_task(agent.run())
+    signalled = asyncio.create_task(_until_signalled())
+    done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if signalled in done:
+        await (
+            agent.stop()
+        )  # kills the agent's tasks and reports them, like `mesos-agent` on SIGTERM
+    else:
+        signalled.cancel()
+    await runner  # re-raises a registration error
     return 0
 
 
@@ -203,20 +223,28 @@ def _state(args: argparse.Namespace) -> int:
         print(json.dumps(state, indent=2))
         return 0
     c = state["cluster"]
-    print(f"master {state['master_id']}: {c['agents']} agents, {c['frameworks']} frameworks, "
-          f"{c['running_tasks']} tasks, {c['outstanding_offers']} offers outstanding")
-    print(f"  total     {_fmt(c['total'])}\n  allocated {_fmt(c['allocated'])}\n"
-          f"  free      {_fmt(c['free'])}")
+    print(
+        f"master {state['master_id']}: {c['agents']} agents, {c['frameworks']} frameworks, "
+        f"{c['running_tasks']} tasks, {c['outstanding_offers']} offers outstanding"
+    )
+    print(
+        f"  total     {_fmt(c['total'])}\n  allocated {_fmt(c['allocated'])}\n"
+        f"  free      {_fmt(c['free'])}"
+    )
     print("\nframeworks:")
     for f in state["frameworks"]:
-        print(f"  {f['id']}  {f['name']:<16} role={f['role']:<8} weight={f['weight']:g} "
-              f"share={f['dominant_share']:.3f} tasks={f['running_tasks']:<4} "
-              f"{'connected' if f['connected'] else 'DISCONNECTED'}  used {_fmt(f['used'])}")
+        print(
+            f"  {f['id']}  {f['name']:<16} role={f['role']:<8} weight={f['weight']:g} "
+            f"share={f['dominant_share']:.3f} tasks={f['running_tasks']:<4} "
+            f"{'connected' if f['connected'] else 'DISCONNECTED'}  used {_fmt(f['used'])}"
+        )
     print("\nagents:")
     for a in state["agents"]:
-        print(f"  {a['id']}  {a['hostname']:<16} {'healthy' if a['healthy'] else 'UNHEALTHY'} "
-              f"tasks={a['running_tasks']:<4} total {_fmt(a['total'])}  "
-              f"allocated {_fmt(a['allocated'])}")
+        print(
+            f"  {a['id']}  {a['hostname']:<16} {'healthy' if a['healthy'] else 'UNHEALTHY'} "
+            f"tasks={a['running_tasks']:<4} total {_fmt(a['total'])}  "
+            f"allocated {_fmt(a['allocated'])}"
+        )
     return 0
 
 

@@ -34,4 +34,6 @@ async def within(awaitable: Awaitable[T], timeout: float = DEFAULT_TIMEOUT, what
     try:
         return await asyncio.wait_for(awaitable, timeout)
     except TimeoutError:
-        raise AssertionError(f"timed out after {timeout}s waiting for {what or awaitable}") from None
+        raise AssertionError(
+            f"timed out after {timeout}s waiting for {what or awaitable}"
+        ) from None

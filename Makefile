@@ -1,0 +1,32 @@
+# Two commands on a fresh machine: `make demo` and `make test`.
+# Each creates .venv and installs the project into it the first time.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint protos clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/mesolite demo
+
+test: $(STAMP) lint
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) scripts/gen_protos.py --check
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+
+protos: $(STAMP)
+	$(PY) scripts/gen_protos.py
+
+clean:
+	rm -rf $(VENV) work-dirs build *.egg-info

@@ -1,0 +1,20 @@
+"""The mesolite agent: registers with the master and runs the tasks it launches.
+
+Run one with ``await Agent(master, detect_resources(work_dir), work_dir).run()``,
+or as ``async with Agent(...) as agent:`` to run it in the background.
+"""
+
+from agent._backoff import Backoff
+from agent.agent import Agent, AgentError, AgentRegistrationError
+from agent.resources import detect_resources
+from agent.tasks import TaskRunner, TaskTransition
+
+__all__ = [
+    "Agent",
+    "AgentError",
+    "AgentRegistrationError",
+    "Backoff",
+    "TaskRunner",
+    "TaskTransition",
+    "detect_resources",
+]

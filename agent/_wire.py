@@ -1,0 +1,102 @@
+"""The agent's edge of the AgentGateway stream: AgentEvent messages in, AgentCall
+messages out. The rest of the agent only sees the dataclasses below.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mesolite import convert
+from mesolite.model import RunningTask, TaskSpec, TaskStatus
+from mesolite.resources import InvalidResources, Resources
+from mesolite.v1 import agent_pb2
+
+
+@dataclass(frozen=True, slots=True)
+class Registered:
+    agent_id: str
+    heartbeat_interval: float
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchTask:
+    framework_id: str
+    task: TaskSpec
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidLaunch:
+    """A launch whose task could not be read; the agent reports it as failed."""
+
+    framework_id: str
+    task_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class KillTask:
+    framework_id: str
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class Acknowledge:
+    framework_id: str
+    task_id: str
+    update_id: str
+
+
+Event = Registered | LaunchTask | InvalidLaunch | KillTask | Acknowledge
+
+
+def event_from_proto(msg: agent_pb2.AgentEvent) -> Event | None:
+    """The event in `msg`, or None for an empty or unknown one."""
+    kind = msg.WhichOneof("event")
+    if kind == "registered":
+        r = msg.registered
+        return Registered(r.agent_id, r.heartbeat_interval_seconds)
+    if kind == "launch_task":
+        launch = msg.launch_task
+        try:
+            task = convert.task_from_proto(launch.task)
+        except (InvalidResources, ValueError) as e:
+            return InvalidLaunch(launch.framework_id, launch.task.task_id, str(e))
+        return LaunchTask(launch.framework_id, task)
+    if kind == "kill_task":
+        return KillTask(msg.kill_task.framework_id, msg.kill_task.task_id)
+    if kind == "acknowledge":
+        a = msg.acknowledge
+        return Acknowledge(a.framework_id, a.task_id, a.update_id)
+    return None
+
+
+def register_call(
+    *,
+    agent_id: str,
+    hostname: str,
+    address: str,
+    total: Resources,
+    attributes: Mapping[str, str],
+    tasks: Iterable[RunningTask],
+) -> agent_pb2.AgentCall:
+    return agent_pb2.AgentCall(
+        register=agent_pb2.AgentCall.Register(
+            agent_id=agent_id,
+            hostname=hostname,
+            address=address,
+            total=convert.resources_to_proto(total),
+            attributes=dict(attributes),
+            tasks=[convert.running_task_to_proto(t) for t in tasks],
+        )
+    )
+
+
+def heartbeat_call() -> agent_pb2.AgentCall:
+    return agent_pb2.AgentCall(heartbeat=agent_pb2.AgentCall.Heartbeat())
+
+
+def status_update_call(status: TaskStatus) -> agent_pb2.AgentCall:
+    return agent_pb2.AgentCall(
+        status_update=agent_pb2.AgentCall.StatusUpdate(status=convert.status_to_proto(status))
+    )

@@ -1,0 +1,495 @@
+"""The agent: one long-lived AgentGateway.Connect stream to the master, and the
+tasks the master launches over it.
+
+What the master can rely on:
+
+* The first message on every stream is `register`: an empty agent id when the
+  agent is new; otherwise the id it was given, with the tasks it still runs.
+  After `registered` the agent sends a heartbeat every heartbeat interval.
+* Every task transition becomes a status update with a fresh `update_id`,
+  source AGENT. Per task, only the oldest unacknowledged update is in flight;
+  it is re-sent with jittered backoff until the master sends `acknowledge` for
+  it, and all pending updates are re-sent after every (re-)registration.
+* How the stream ended decides what happens next:
+  - FAILED_PRECONDITION (this agent id was removed): the agent kills all its
+    tasks, drops their pending updates, forgets its id and registers as new.
+  - INVALID_ARGUMENT before `registered`: the registration was refused; `run()`
+    raises `AgentRegistrationError` (after killing any tasks).
+  - anything else (UNAVAILABLE, a clean end, ...): the tasks keep running and
+    the agent reconnects with jittered backoff, forever.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, TypeAlias
+
+import grpc
+import grpc.aio
+import structlog
+
+from agent import _wire as wire
+from agent._backoff import Backoff
+from agent._updates import StatusUpdates
+from agent.tasks import DEFAULT_KILL_GRACE_PERIOD, TaskRunner, TaskTransition
+from mesolite.grpc_utils import create_channel
+from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
+from mesolite.resources import EMPTY, Resources
+from mesolite.v1 import agent_pb2, agent_pb2_grpc
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_RECONNECT_BACKOFF = Backoff(initial=0.5, maximum=10.0)
+DEFAULT_STATUS_RETRY = Backoff(initial=1.0, maximum=10.0)
+# Used when the master's `registered` carries no usable interval.
+DEFAULT_HEARTBEAT_INTERVAL = 5.0
+_OUTBOX_SIZE = 256
+_HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end the stream
+
+# Messages for the stream's writer; None asks it to half-close the stream.
+_Outbox: TypeAlias = "asyncio.Queue[agent_pb2.AgentCall | None]"
+
+
+class AgentError(Exception):
+    """Root of the errors the agent raises."""
+
+
+class AgentRegistrationError(AgentError):
+    """The master refused the registration (INVALID_ARGUMENT); retrying would not help."""
+
+
+@dataclass(frozen=True, slots=True)
+class _StreamEnd:
+    code: grpc.StatusCode
+    details: str
+    registered: bool  # whether the master had answered `registered` on this stream
+
+
+class Agent:
+    """A mesolite agent. Use ``async with Agent(...) as agent:`` or ``await agent.run()``.
+
+    `reconnect_backoff` paces reconnection to the master; `status_retry` paces
+    re-sending unacknowledged status updates. On `stop()` the agent kills its
+    tasks and waits up to `stop_timeout` seconds for their final updates to be
+    acknowledged before it closes the stream.
+    """
+
+    def __init__(
+        self,
+        master: str,
+        resources: Resources,
+        work_dir: str | os.PathLike[str],
+        *,
+        hostname: str | None = None,
+        address: str = "",
+        attributes: Mapping[str, str] | None = None,
+        kill_grace_period: float = DEFAULT_KILL_GRACE_PERIOD,
+        reconnect_backoff: Backoff = DEFAULT_RECONNECT_BACKOFF,
+        status_retry: Backoff = DEFAULT_STATUS_RETRY,
+        registration_timeout: float = 10.0,
+        stop_timeout: float = 5.0,
+    ) -> None:
+        self._master = master
+        self._total = resources
+        self._hostname = hostname or socket.gethostname()
+        self._address = address
+        self._attributes = dict(attributes or {})
+        self._reconnect = reconnect_backoff
+        self._registration_timeout = registration_timeout
+        self._stop_timeout = stop_timeout
+        self._runner = TaskRunner(
+            Path(work_dir), self._on_transition, kill_grace_period=kill_grace_period
+        )
+        self._updates = StatusUpdates(status_retry)
+        self._agent_id: str | None = None
+        self._updates_changed = asyncio.Event()
+        self._acked = asyncio.Event()
+        self._registered = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._done = asyncio.Event()
+        self._started = False
+        self._error: Exception | None = None
+        self._run_task: asyncio.Task[None] | None = None
+        self._outbox: _Outbox | None = None
+
+    # Public surface.
+
+    @property
+    def agent_id(self) -> str | None:
+        """The id the master gave this agent; kept while disconnected, None when new."""
+        return self._agent_id
+
+    @property
+    def total_resources(self) -> Resources:
+        return self._total
+
+    def running_tasks(self) -> list[RunningTask]:
+        return self._runner.running_tasks()
+
+    def sandbox_path(self, framework_id: str, task_id: str) -> Path:
+        return self._runner.sandbox_path(framework_id, task_id)
+
+    async def wait_registered(self) -> str:
+        """Wait until the agent is registered on the current stream; returns its id.
+
+        Registration is re-armed whenever the stream is lost. Raises the run's
+        error (or `AgentError`) if the agent stops first. Bound the wait with
+        `asyncio.timeout()`.
+        """
+        waiters = [
+            asyncio.ensure_future(self._registered.wait()),
+            asyncio.ensure_future(self._done.wait()),
+        ]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        if self._registered.is_set() and self._agent_id:
+            return self._agent_id
+        raise self._error or AgentError("the agent has stopped")
+
+    async def run(self) -> None:
+        """Connect, register and serve the master until `stop()`; kills all tasks on the way out."""
+        if self._started:
+            raise RuntimeError("an Agent can run only once")
+        self._started = True
+        channel = create_channel(self._master)
+        log.info(
+            "agent starting", master=self._master, hostname=self._hostname, total=str(self._total)
+        )
+        try:
+            await self._serve(agent_pb2_grpc.AgentGatewayStub(channel))
+        except Exception as e:
+            self._error = e
+            raise
+        finally:
+            self._registered.clear()
+            await self._runner.shutdown()
+            await channel.close()
+            self._done.set()
+            log.info("agent stopped", agent_id=self._agent_id)
+
+    async def stop(self) -> None:
+        """Ask `run()` to finish and wait until it has. Safe to call more than once."""
+        self._stopping.set()
+        if self._started:
+            await self._done.wait()
+
+    async def __aenter__(self) -> Agent:
+        self._run_task = asyncio.create_task(self.run(), name="mesolite-agent")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+        if self._run_task is not None:
+            await asyncio.gather(self._run_task, return_exceptions=True)
+        if exc is None and self._error is not None:
+            raise self._error
+
+    # The connection loop.
+
+    async def _serve(self, stub: Any) -> None:
+        failures = 0
+        while not self._stopping.is_set():
+            session = asyncio.create_task(self._session(stub), name="mesolite-agent-stream")
+            stopping = asyncio.create_task(self._stopping.wait())
+            try:
+                await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            except BaseException:
+                session.cancel()
+                await asyncio.gather(session, return_exceptions=True)
+                raise
+            finally:
+                stopping.cancel()
+            if not session.done():
+                await self._close(session)
+                return
+            end = session.result()
+            if end.registered:
+                failures = 0
+            await self._after_stream(end)
+            delay = self._reconnect.delay(failures)
+            failures += 1
+            log.info("reconnecting to the master", agent_id=self._agent_id, delay=round(delay, 3))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+
+    async def _after_stream(self, end: _StreamEnd) -> None:
+        bound = log.bind(agent_id=self._agent_id, code=end.code.name, details=end.details)
+        if end.code == grpc.StatusCode.FAILED_PRECONDITION:
+            bound.warning("master removed this agent; killing its tasks to register as new")
+            await self._forget_identity()
+        elif end.code == grpc.StatusCode.INVALID_ARGUMENT and not end.registered:
+            bound.error("master refused the registration")
+            raise AgentRegistrationError(
+                f"master {self._master} refused the registration: {end.details}"
+            )
+        else:
+            bound.warning("lost the master; tasks keep running")
+
+    async def _forget_identity(self) -> None:
+        await self._runner.shutdown()
+        # The master no longer knows these tasks: their updates could not be delivered.
+        self._updates.clear()
+        self._agent_id = None
+
+    async def _close(self, session: asyncio.Task[_StreamEnd]) -> None:
+        """Stop requested while connected: let the master hear how the tasks ended."""
+        if self._registered.is_set():
+            log.info("stopping: killing tasks and flushing their updates", agent_id=self._agent_id)
+            await self._runner.shutdown()
+            flushed = asyncio.create_task(self._wait_flushed())
+            await asyncio.wait(
+                {flushed, session}, timeout=self._stop_timeout, return_when=asyncio.FIRST_COMPLETED
+            )
+            flushed.cancel()
+            if len(self._updates):
+                log.warning("stopping with unacknowledged updates", count=len(self._updates))
+            if self._outbox is not None and not session.done():
+                # Half-close, so the master sees the agent leave, not a broken stream.
+                with contextlib.suppress(asyncio.QueueFull):
+                    self._outbox.put_nowait(None)
+                await asyncio.wait({session}, timeout=_HALF_CLOSE_WAIT)
+        session.cancel()
+        await asyncio.gather(session, return_exceptions=True)
+
+    async def _wait_flushed(self) -> None:
+        while True:
+            self._acked.clear()
+            if not len(self._updates):
+                return
+            await self._acked.wait()
+
+    # One stream.
+
+    async def _session(self, stub: Any) -> _StreamEnd:
+        call = stub.Connect()
+        outbox: _Outbox = asyncio.Queue(_OUTBOX_SIZE)
+        self._outbox = outbox
+        helpers = [asyncio.create_task(_write_loop(call, outbox))]
+        registered = False
+        try:
+            tasks = self._runner.running_tasks()
+            log.info("registering", agent_id=self._agent_id, master=self._master, tasks=len(tasks))
+            await outbox.put(
+                wire.register_call(
+                    agent_id=self._agent_id or "",
+                    hostname=self._hostname,
+                    address=self._address,
+                    total=self._total,
+                    attributes=self._attributes,
+                    tasks=tasks,
+                )
+            )
+            try:
+                first = await asyncio.wait_for(_read(call), self._registration_timeout)
+            except TimeoutError:
+                return _StreamEnd(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to register", False)
+            if first is None:
+                return await _ended(call, registered)
+            event = wire.event_from_proto(first)
+            if not isinstance(event, wire.Registered) or not event.agent_id:
+                log.error("expected `registered` as the master's first event", got=str(event))
+                return _StreamEnd(grpc.StatusCode.INTERNAL, "protocol error", False)
+            await self._on_registered(event)
+            registered = True
+            interval = event.heartbeat_interval
+            if interval <= 0:
+                interval = DEFAULT_HEARTBEAT_INTERVAL
+            helpers.append(asyncio.create_task(_heartbeats(outbox, interval)))
+            helpers.append(asyncio.create_task(self._send_updates(outbox)))
+            while (msg := await _read(call)) is not None:
+                self._handle(wire.event_from_proto(msg))
+            return await _ended(call, registered)
+        except grpc.aio.AioRpcError as e:
+            return _StreamEnd(e.code(), e.details() or "", registered)
+        finally:
+            self._registered.clear()
+            self._outbox = None
+            for helper in helpers:
+                helper.cancel()
+            await asyncio.gather(*helpers, return_exceptions=True)
+            call.cancel()
+
+    async def _on_registered(self, event: wire.Registered) -> None:
+        if self._agent_id and event.agent_id != self._agent_id:
+            # The master did not take us back under our old id, so it does not
+            # expect our tasks either.
+            log.error(
+                "master answered re-registration with a new id; killing old tasks",
+                agent_id=self._agent_id,
+                new_agent_id=event.agent_id,
+            )
+            await self._forget_identity()
+        self._agent_id = event.agent_id
+        self._updates.resend_all()
+        self._registered.set()
+        log.info(
+            "registered",
+            agent_id=self._agent_id,
+            heartbeat_interval=event.heartbeat_interval,
+            tasks=len(self._runner.running_tasks()),
+            pending_updates=len(self._updates),
+        )
+
+    def _handle(self, event: wire.Event | None) -> None:
+        if isinstance(event, wire.LaunchTask):
+            self._launch(event.framework_id, event.task)
+        elif isinstance(event, wire.KillTask):
+            log.info(
+                "kill requested by master",
+                agent_id=self._agent_id,
+                framework_id=event.framework_id,
+                task_id=event.task_id,
+            )
+            self._runner.kill(event.framework_id, event.task_id)
+        elif isinstance(event, wire.Acknowledge):
+            self._acknowledge(event)
+        elif isinstance(event, wire.InvalidLaunch):
+            log.warning(
+                "launch with an invalid task",
+                agent_id=self._agent_id,
+                framework_id=event.framework_id,
+                task_id=event.task_id,
+                reason=event.reason,
+            )
+            self._report(event.framework_id, event.task_id, TaskState.FAILED, event.reason)
+        else:
+            log.warning("unexpected event from the master ignored", event=str(event))
+
+    def _launch(self, framework_id: str, task: TaskSpec) -> None:
+        bound = log.bind(agent_id=self._agent_id, framework_id=framework_id, task_id=task.task_id)
+        if self._runner.is_active(framework_id, task.task_id):
+            bound.warning("duplicate launch ignored: task is already active")
+            return
+        if self._stopping.is_set():
+            self._report(framework_id, task.task_id, TaskState.FAILED, "the agent is stopping")
+            return
+        used = sum((t.task.resources for t in self._runner.running_tasks()), EMPTY)
+        if not self._total.contains(used + task.resources):
+            reason = (
+                f"insufficient resources on agent: task needs {task.resources}, "
+                f"free {self._total - used}"
+            )
+            bound.warning("launch refused", reason=reason)
+            self._report(framework_id, task.task_id, TaskState.FAILED, reason)
+            return
+        bound.info("launching task", resources=str(task.resources))
+        self._runner.launch(framework_id, task)
+
+    # Status updates.
+
+    def _on_transition(self, t: TaskTransition) -> None:
+        self._report(t.framework_id, t.task_id, t.state, t.message, t.exit_code)
+
+    def _report(
+        self,
+        framework_id: str,
+        task_id: str,
+        state: TaskState,
+        message: str = "",
+        exit_code: int | None = None,
+    ) -> None:
+        status = TaskStatus(
+            task_id=task_id,
+            framework_id=framework_id,
+            agent_id=self._agent_id or "",
+            state=state,
+            message=message,
+            exit_code=exit_code,
+            timestamp=time.time(),
+            update_id=uuid.uuid4().hex,
+            source=StatusSource.AGENT,
+        )
+        self._updates.add(status)
+        self._updates_changed.set()
+        log.info(
+            "status update",
+            agent_id=self._agent_id,
+            framework_id=framework_id,
+            task_id=task_id,
+            update_id=status.update_id,
+            state=state.value,
+            exit_code=exit_code,
+            reason=message,
+        )
+
+    def _acknowledge(self, ack: wire.Acknowledge) -> None:
+        bound = log.bind(
+            agent_id=self._agent_id,
+            framework_id=ack.framework_id,
+            task_id=ack.task_id,
+            update_id=ack.update_id,
+        )
+        acked = self._updates.acknowledge(ack.framework_id, ack.task_id, ack.update_id)
+        if acked is None:
+            bound.info("acknowledgement for no pending update ignored")
+            return
+        bound.info("status update acknowledged", state=acked.state.value)
+        self._updates_changed.set()
+        self._acked.set()
+
+    async def _send_updates(self, outbox: _Outbox) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            # Cleared before looking, so a change made while we send is not missed.
+            self._updates_changed.clear()
+            for status in self._updates.take_due(loop.time()):
+                log.debug(
+                    "sending status update",
+                    agent_id=self._agent_id,
+                    framework_id=status.framework_id,
+                    task_id=status.task_id,
+                    update_id=status.update_id,
+                    state=status.state.value,
+                )
+                await outbox.put(wire.status_update_call(status))
+            next_due = self._updates.next_due()
+            timeout = None if next_due is None else max(0.0, next_due - loop.time())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._updates_changed.wait(), timeout)
+
+
+async def _read(call: Any) -> agent_pb2.AgentEvent | None:
+    msg = await call.read()
+    return None if msg is grpc.aio.EOF else msg
+
+
+async def _ended(call: Any, registered: bool) -> _StreamEnd:
+    return _StreamEnd(await call.code(), await call.details() or "", registered)
+
+
+async def _write_loop(call: Any, outbox: _Outbox) -> None:
+    """The stream's only writer: grpc.aio allows one write in flight per call."""
+    while True:
+        msg = await outbox.get()
+        try:
+            if msg is None:
+                await call.done_writing()
+                return
+            await call.write(msg)
+        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
+            # The reader sees the stream's status and ends the session.
+            log.debug("stream closed for writing", error=repr(e))
+            return
+
+
+async def _heartbeats(outbox: _Outbox, interval: float) -> None:
+    while True:
+        await asyncio.sleep(interval)
+        await outbox.put(wire.heartbeat_call())

@@ -1,0 +1,75 @@
+"""The mesolite framework SDK: what a framework author imports.
+
+A framework subclasses `Framework`, overrides the callbacks for the events it cares
+about (`on_offers`, `on_update`, ...) and awaits `run("host:port")`. From the callbacks
+it answers offers with `launch` or `decline` and manages its tasks with `kill`,
+`reconcile`, `suppress`, `revive` and `teardown`. The SDK subscribes, keeps the stream
+alive (reconnecting and failing over with the framework id, then reconciling), shows each
+status update once and acknowledges it after `on_update` returns.
+
+This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits::
+
+    import asyncio
+    import sys
+
+    from framework_sdk import Framework, Offer, Resources, TaskSpec, TaskStatus, new_task_id
+    from mesolite.logs import configure
+
+    TASK = Resources(cpus=0.1, mem=32)
+
+
+    class Hello(Framework):
+        def __init__(self, count: int) -> None:
+            super().__init__(name="hello")
+            self.waiting = count  # tasks not launched yet
+            self.running: set[str] = set()
+
+        async def on_offers(self, offers: list[Offer]) -> None:
+            for offer in offers:
+                tasks: list[TaskSpec] = []
+                free = offer.resources
+                while self.waiting and free.contains(TASK):
+                    command = f"echo hello from task {self.waiting}"
+                    tasks.append(TaskSpec(new_task_id("hello"), command, TASK))
+                    free, self.waiting = free - TASK, self.waiting - 1
+                if tasks:
+                    await self.launch(offer, tasks)
+                    self.running.update(t.task_id for t in tasks)
+                else:
+                    await self.decline(offer)
+
+        async def on_update(self, status: TaskStatus) -> None:
+            print(status.task_id, status.state.value, status.exit_code)
+            if status.state.is_terminal:
+                self.running.discard(status.task_id)
+                if not self.waiting and not self.running:
+                    await self.teardown()  # all done: run() returns
+
+
+    if __name__ == "__main__":
+        configure()
+        asyncio.run(Hello(count=3).run(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:5050"))
+
+Everything the SDK raises derives from `MesoliteError`; `FrameworkRejected` means the
+master refused the subscription and retrying will not help.
+"""
+
+from framework_sdk._errors import FrameworkRejected, MesoliteError, NotConnected, RpcError
+from framework_sdk._framework import Framework
+from framework_sdk._ids import new_task_id
+from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
+from mesolite.resources import Resources
+
+__all__ = [
+    "Framework",
+    "FrameworkRejected",
+    "MesoliteError",
+    "NotConnected",
+    "Offer",
+    "Resources",
+    "RpcError",
+    "TaskSpec",
+    "TaskState",
+    "TaskStatus",
+    "new_task_id",
+]

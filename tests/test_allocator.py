@@ -1,0 +1,196 @@
+"""The allocator on its own: plain data in, offers out, no network."""
+
+from __future__ import annotations
+
+import pytest
+
+from master.allocator import Allocation, Allocator
+from mesolite.resources import Resources
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def run_one_task_per_offer(
+    allocator: Allocator, demands: dict[str, Resources], max_cycles: int = 1000
+) -> dict[str, int]:
+    """Act like frameworks that launch one task per offer and return the rest.
+
+    An offer that fits no task is declined with a long filter. Returns the
+    number of tasks each framework got when the allocator has nothing more to offer.
+    """
+    running = dict.fromkeys(demands, 0)
+    for _ in range(max_cycles):
+        decisions = allocator.allocate()
+        if not decisions:
+            return running
+        for d in decisions:
+            need = demands[d.framework_id]
+            if d.resources.contains(need):
+                running[d.framework_id] += 1
+                allocator.recover(d.framework_id, d.agent_id, d.resources - need)
+            else:
+                allocator.recover(d.framework_id, d.agent_id, d.resources, refuse_seconds=1e6)
+    raise AssertionError("allocation did not settle")
+
+
+def test_drf_paper_example_settles_at_three_and_two_tasks() -> None:
+    # DRF paper, section 4: <9 CPUs, 18 GB>; A needs <1 CPU, 4 GB>, B <3 CPUs, 1 GB>.
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=9, mem=18 * 1024))
+    allocator.add_framework("A", "*")
+    allocator.add_framework("B", "*")
+    demands = {"A": Resources(cpus=1, mem=4096), "B": Resources(cpus=3, mem=1024)}
+    assert run_one_task_per_offer(allocator, demands) == {"A": 3, "B": 2}
+    # Both dominant shares are 2/3: A's memory, B's CPU.
+    assert allocator.framework_share("A") == pytest.approx(2 / 3)
+    assert allocator.framework_share("B") == pytest.approx(2 / 3)
+
+
+def test_whole_free_resources_of_an_agent_go_to_the_lowest_share() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=4, mem=4096))
+    allocator.add_agent("s2", Resources(cpus=4, mem=4096))
+    allocator.add_framework("A", "*")
+    allocator.add_framework("B", "*")
+    decisions = allocator.allocate()
+    # Each framework gets one whole agent: after the first grant the other is lowest.
+    assert sorted(d.framework_id for d in decisions) == ["A", "B"]
+    assert all(d.resources == Resources(cpus=4, mem=4096) for d in decisions)
+    assert allocator.allocate() == []  # nothing left: offers count as allocated
+
+
+def test_weighted_drf_gives_shares_in_proportion_to_weights() -> None:
+    allocator = Allocator(FakeClock())
+    for i in range(12):
+        allocator.add_agent(f"s{i}", Resources(cpus=1, mem=1024))
+    allocator.set_role_weight("gold", 2.0)
+    allocator.add_framework("G", "gold")
+    allocator.add_framework("P", "*")
+    demands = {"G": Resources(cpus=1, mem=512), "P": Resources(cpus=1, mem=512)}
+    running = run_one_task_per_offer(allocator, demands)
+    assert running == {"G": 8, "P": 4}
+    assert allocator.framework_share("G") == pytest.approx(allocator.framework_share("P"))
+
+
+def test_ties_are_broken_by_subscription_order() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("first", "*")
+    allocator.add_framework("second", "*")
+    assert allocator.allocate() == [Allocation("first", "s1", Resources(cpus=1, mem=1024))]
+
+
+def test_declined_resources_are_filtered_until_the_filter_expires() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=2, mem=2048))
+    allocator.add_framework("A", "*")
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=5.0)
+    assert allocator.allocate() == []  # A alone, and filtered
+    allocator.add_framework("B", "*")
+    assert [d.framework_id for d in allocator.allocate()] == ["B"]
+    allocator.recover("B", "s1", offer.resources)  # B returns it unfiltered
+    clock.now = 4.9
+    assert [d.framework_id for d in allocator.allocate()] == ["B"]
+    allocator.recover("B", "s1", offer.resources, refuse_seconds=100)
+    clock.now = 5.0
+    assert [d.framework_id for d in allocator.allocate()] == ["A"]
+
+
+def test_a_filter_does_not_hold_back_more_resources_than_were_declined() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=4, mem=4096))
+    allocator.add_framework("A", "*")
+    [whole] = allocator.allocate()
+    task = Resources(cpus=2, mem=2048)
+    allocator.recover("A", "s1", whole.resources - task, refuse_seconds=60)
+    assert allocator.allocate() == []  # the remainder is filtered
+    allocator.recover("A", "s1", task)  # the task ends: more is free than was declined
+    assert allocator.allocate() == [Allocation("A", "s1", whole.resources)]
+
+
+def test_suppress_stops_offers_and_revive_clears_filters() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    allocator.suppress("A")
+    assert allocator.allocate() == []
+    allocator.revive("A")
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=1e6)
+    assert allocator.allocate() == []
+    allocator.revive("A")
+    assert len(allocator.allocate()) == 1
+
+
+def test_disconnected_frameworks_and_inactive_agents_get_no_offers() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    allocator.disconnect_framework("A")
+    assert allocator.allocate() == []
+    allocator.connect_framework("A")
+    allocator.deactivate_agent("s1")
+    assert allocator.allocate() == []
+    allocator.activate_agent("s1")
+    assert len(allocator.allocate()) == 1
+
+
+def test_removing_an_agent_takes_its_resources_out_of_the_cluster() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=4, mem=4096))
+    allocator.add_agent("s2", Resources(cpus=4, mem=4096))
+    allocator.add_framework("A", "*")
+    allocator.allocate()
+    assert allocator.framework_allocation("A") == Resources(cpus=8, mem=8192)
+    allocator.remove_agent("s1")
+    assert allocator.total == Resources(cpus=4, mem=4096)
+    assert allocator.framework_allocation("A") == Resources(cpus=4, mem=4096)
+    assert allocator.framework_share("A") == pytest.approx(1.0)
+
+
+def test_removing_a_framework_frees_its_resources() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=4, mem=4096))
+    allocator.add_framework("A", "*")
+    allocator.add_framework("B", "*")
+    [offer] = allocator.allocate()
+    allocator.remove_framework(offer.framework_id)
+    assert allocator.agent_allocated("s1").is_empty()
+    assert [d.framework_id for d in allocator.allocate()] == ["B"]
+
+
+def test_tiny_leftovers_are_not_offered() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=0.005, mem=16, disk=100))
+    allocator.add_framework("A", "*")
+    assert allocator.allocate() == []
+
+
+def test_recovering_more_than_allocated_is_an_error() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    allocator.allocate()
+    with pytest.raises(ValueError):
+        allocator.recover("A", "s1", Resources(cpus=2))
+
+
+def test_same_seed_same_decisions() -> None:
+    def decisions(seed: int) -> list[Allocation]:
+        allocator = Allocator(FakeClock(), seed=seed)
+        for i in range(20):
+            allocator.add_agent(f"s{i}", Resources(cpus=1 + i % 3, mem=1024))
+        for f in "ABCD":
+            allocator.add_framework(f, "*")
+        return allocator.allocate()
+
+    assert decisions(7) == decisions(7)

@@ -1,0 +1,105 @@
+"""The framework SDK's public surface, its docstring example, and its small helpers."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import framework_sdk
+from framework_sdk import Framework, new_task_id
+from framework_sdk._backoff import Backoff
+from framework_sdk._ids import RecentIds
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+
+
+def test_the_public_names_are_pinned() -> None:
+    assert framework_sdk.__all__ == [
+        "Framework",
+        "FrameworkRejected",
+        "MesoliteError",
+        "NotConnected",
+        "Offer",
+        "Resources",
+        "RpcError",
+        "TaskSpec",
+        "TaskState",
+        "TaskStatus",
+        "new_task_id",
+    ]
+    for name in framework_sdk.__all__:
+        assert getattr(framework_sdk, name) is not None
+
+
+def test_every_error_derives_from_the_one_root() -> None:
+    errors = [framework_sdk.FrameworkRejected, framework_sdk.NotConnected, framework_sdk.RpcError]
+    assert all(issubclass(e, framework_sdk.MesoliteError) for e in errors)
+    assert issubclass(framework_sdk.FrameworkRejected, framework_sdk.RpcError)
+
+
+def test_the_framework_api_is_pinned() -> None:
+    public = sorted(n for n in vars(Framework) if not n.startswith("_"))
+    assert public == [
+        "connected",
+        "decline",
+        "kill",
+        "launch",
+        "on_agent_lost",
+        "on_disconnected",
+        "on_error",
+        "on_offers",
+        "on_rescind",
+        "on_subscribed",
+        "on_update",
+        "outstanding_offers",
+        "reconcile",
+        "reconnect_initial",
+        "reconnect_max",
+        "revive",
+        "run",
+        "stop",
+        "stop_grace",
+        "subscribe_timeout",
+        "suppress",
+        "teardown",
+    ]
+    for name in public:
+        member = getattr(Framework, name)
+        if callable(member):
+            assert inspect.iscoroutinefunction(member), name
+
+
+def test_the_docstring_example_is_examples_hello_framework() -> None:
+    doc = framework_sdk.__doc__ or ""
+    example: list[str] = []
+    for line in doc.split("::\n", 1)[1].splitlines():
+        if line and not line.startswith("    "):
+            break  # the end of the literal block
+        example.append(line.removeprefix("    "))
+    source = (EXAMPLES / "hello_framework.py").read_text()
+    # The example is the script without its module docstring.
+    assert "\n".join(example).strip() == source.split('"""\n', 1)[1].strip()
+
+
+def test_task_ids_are_unique_and_prefixed() -> None:
+    ids = {new_task_id("web") for _ in range(1000)}
+    assert len(ids) == 1000
+    assert all(re.fullmatch(r"web-[0-9a-f]{12}", i) for i in ids)
+
+
+def test_backoff_doubles_with_jitter_up_to_the_cap() -> None:
+    low, high = Backoff(1.0, 8.0, rand=lambda: 0.0), Backoff(1.0, 8.0, rand=lambda: 1.0)
+    assert [low.next_delay() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert [high.next_delay() for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    high.reset()
+    assert high.next_delay() == 1.0
+    delays = [high.next_delay() for _ in range(2000)]  # no overflow, however long
+    assert delays[-1] == 8.0
+
+
+def test_recent_ids_forget_the_oldest() -> None:
+    recent = RecentIds(capacity=2)
+    for update_id in ("u1", "u2", "u1", "u3"):
+        recent.add(update_id)
+    assert "u1" in recent and "u3" in recent and "u2" not in recent
