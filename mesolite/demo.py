@@ -51,6 +51,11 @@ def _share_line(elapsed: float, total: Resources, usage: dict[str, tuple[Resourc
     return f"[{elapsed:5.1f}s]  " + "   |   ".join(parts)
 
 
+def _fresh_directory(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    path.mkdir(parents=True)
+
+
 async def run_demo(args: argparse.Namespace) -> int:
     if not EXAMPLES.is_dir():
         print(
@@ -62,8 +67,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         print("--agents must be at least 1", file=sys.stderr)
         return 2
     work_dir: Path = args.work_dir
-    shutil.rmtree(work_dir, ignore_errors=True)
-    work_dir.mkdir(parents=True)
+    _fresh_directory(work_dir)
     config = MasterConfig(allocation_interval=0.5, agent_heartbeat_interval=1.0)
     server = MasterServer(config, "127.0.0.1", port=0, http_port=args.http_port)
     try:

@@ -94,6 +94,19 @@ class RawFramework:
 
         return await within(read(), timeout, f"a {kind} event")
 
+    def acknowledge(self, status: common_pb2.TaskStatus) -> None:
+        if status.update_id:
+            ack = Call.Acknowledge(
+                agent_id=status.agent_id, task_id=status.task_id, update_id=status.update_id
+            )
+            self.send(Call(acknowledge=ack))
+
+    async def next_update(self, timeout: float = 20.0) -> common_pb2.TaskStatus:
+        """The next status update, acknowledged as the SDK would."""
+        status = (await self.next_event("update", timeout)).update.status
+        self.acknowledge(status)
+        return status
+
     async def error_for(self, call: Call) -> str:
         """Send a call that must be rejected; return the master's error message."""
         call_id = self.send(call)
