@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from pathlib import Path
 
@@ -211,3 +212,19 @@ async def test_agent_keeps_tasks_and_reregisters_when_master_restarts(tmp_path: 
         assert [t["id"] for t in state["tasks"]] == ["long"]
         assert state["agents"][0]["allocated"] == {"cpus": 1.0, "mem": 64.0}
         assert [t.task.task_id for t in agent.running_tasks()] == ["long"]
+
+
+async def test_readme_hello_framework_runs_its_tasks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from examples.hello_framework import Hello
+
+    async with LocalCluster(tmp_path) as cluster:
+        await cluster.add_agent("cpus:1;mem:256")
+        hello = Hello(count=3)
+        await asyncio.wait_for(hello.run(cluster.address), 30)  # returns after teardown
+        finished = [
+            line for line in capsys.readouterr().out.splitlines() if "TASK_FINISHED 0" in line
+        ]
+        assert len(finished) == 3
+        assert cluster.master.frameworks == {}
