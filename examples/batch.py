@@ -110,7 +110,9 @@ class BatchFramework(Framework):
         self._out = out
         self._pending = spec.tasks  # tasks still to launch; unused when forever
         self._running: dict[str, TaskSpec] = {}  # launched and not yet ended
-        self._launch_calls: dict[str, list[str]] = {}  # call id -> task ids not yet heard of
+        # Launches not yet confirmed by any status, which an ERROR event may still undo.
+        self._launch_calls: dict[str, list[str]] = {}  # call id -> task ids
+        self._launch_call_of: dict[str, str] = {}  # task id -> call id
         self._suppressed: bool | None = None  # None: unknown to the master after subscribing
         self._seq = 0
         self._tearing_down = False
@@ -156,6 +158,7 @@ class BatchFramework(Framework):
             call_id = await self.launch(offer, tasks, refuse_seconds=0)
             self._launch_calls[call_id] = [t.task_id for t in tasks]
             for task in tasks:
+                self._launch_call_of[task.task_id] = call_id
                 self._running[task.task_id] = dataclasses.replace(task, agent_id=offer.agent_id)
                 self.stats.launched += 1
                 self._out(
@@ -171,12 +174,15 @@ class BatchFramework(Framework):
         if not status.state.is_terminal:
             return
         del self._running[status.task_id]
+        ok = status.state is TaskState.FINISHED
         self._out(
             f"finish {task.task_id} agent={status.agent_id or task.agent_id} "
             f"resources={task.resources} state={status.state.value} exit_code={status.exit_code}"
-            + (f" message={status.message!r}" if status.message else "")
+            # Why a task did not finish well is worth a line; "exited with 0" is not.
+            + (f" message={status.message!r}" if status.message and not ok else "")
+            + (" (relaunching)" if status.state in _RELAUNCH else "")
         )
-        if status.state is TaskState.FINISHED:
+        if ok:
             self.stats.finished += 1
         elif status.state in _RELAUNCH:
             self._requeue(1)
@@ -192,6 +198,7 @@ class BatchFramework(Framework):
         # A rejected launch did nothing: its tasks never existed.
         for task_id in task_ids:
             self._running.pop(task_id, None)
+            self._launch_call_of.pop(task_id, None)
         self._out(f"launch rejected ({message}): relaunching {len(task_ids)} task(s)")
         self._requeue(len(task_ids))
         await self._settle()
@@ -222,9 +229,9 @@ class BatchFramework(Framework):
 
     def _heard_of(self, task_id: str) -> None:
         # Any status means the launch was accepted, so no ERROR can come for its call.
-        for call_id, task_ids in list(self._launch_calls.items()):
-            if task_id in task_ids:
-                del self._launch_calls[call_id]
+        call_id = self._launch_call_of.pop(task_id, None)
+        for other in self._launch_calls.pop(call_id, []) if call_id else []:
+            self._launch_call_of.pop(other, None)
 
     def _requeue(self, count: int) -> None:
         self.stats.relaunched += count
@@ -261,13 +268,13 @@ def parse_args(
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--master", required=True, help="the master's HOST:PORT")
-    p.add_argument("--name", default=d.name)
-    p.add_argument("--role", default=d.role)
+    p.add_argument("--name", default=d.name, help="framework name, also the task id prefix")
+    p.add_argument("--role", default=d.role, help="role whose share DRF weighs")
     p.add_argument("--cpus", type=float, default=d.cpus, help="CPUs per task")
     p.add_argument("--mem", type=float, default=d.mem, help="memory per task, MB")
     p.add_argument("--duration", type=float, default=d.duration, help="seconds per task")
     p.add_argument("--tasks", type=int, default=d.tasks, help="tasks to run; 0: forever")
-    p.add_argument("--command", default=d.command, help="shell command (default: sleep DURATION)")
+    p.add_argument("--command", default=d.command, help="shell command; unset: sleep DURATION")
     p.add_argument(
         "--tasks-per-offer", type=int, default=d.tasks_per_offer, help="0: as many as fit"
     )
@@ -277,9 +284,14 @@ def parse_args(
         default=d.decline_seconds,
         help="how long to refuse an offer too small for a task",
     )
-    p.add_argument("--failover-timeout", type=float, default=d.failover_timeout)
+    p.add_argument(
+        "--failover-timeout",
+        type=float,
+        default=d.failover_timeout,
+        help="seconds the master keeps the tasks when this process goes away",
+    )
     p.add_argument("--framework-id", help="fail over an earlier run of this framework")
-    p.add_argument("--log-level", default="warning")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
     args = p.parse_args(argv)
     if args.tasks < 0 or args.tasks_per_offer < 0:
         p.error("--tasks and --tasks-per-offer must not be negative")

@@ -1,6 +1,6 @@
 """Run three `echo` tasks on a mesolite cluster and exit when they have finished.
 
-python examples/hello_framework.py 127.0.0.1:5050
+Usage: python examples/hello_framework.py [MASTER_HOST:PORT]
 """
 
 import asyncio

@@ -107,13 +107,13 @@ class Framework:
         if self._run_task is not None:
             raise MesoliteError("run() is already running")
         self._run_task = asyncio.current_task()
-        self._stop.clear()
         backoff = Backoff(self.reconnect_initial, self.reconnect_max)
         try:
             while not self._stop.is_set():
-                # A new channel for every attempt: a channel that failed to connect waits
-                # out its own reconnect backoff (up to minutes) and fails calls meanwhile,
-                # which would keep us away from a master that is back.
+                # A new channel for every attempt, so that our backoff alone decides when
+                # to try again: a channel that failed to connect waits out gRPC's own
+                # reconnect backoff (up to two minutes) and fails calls meanwhile. (It is
+                # only fresh if channels do not share gRPC's global subchannel pool.)
                 async with create_channel(master) as channel:
                     was_subscribed = await self._connect_once(_stub(channel))
                 if self._stop.is_set():
@@ -127,13 +127,16 @@ class Framework:
                     await asyncio.wait_for(self._stop.wait(), delay)
         finally:
             self._run_task = None
+            # Cleared here, not on entry, so that a stop() racing a starting run() wins.
+            self._stop.clear()
 
     async def stop(self) -> None:
         """Close the stream and make `run()` return. The master keeps the framework and
         its tasks for `failover_timeout` seconds, for a new `run()` to resume.
 
         From a callback this returns at once and `run()` ends after the callback;
-        from anywhere else it returns once `run()` has ended.
+        from anywhere else it returns once `run()` has ended. Called before `run()`
+        starts, it makes `run()` return at once.
         """
         self._stop.set()
         running = self._run_task
@@ -183,7 +186,8 @@ class Framework:
     async def decline(
         self, offers: Offer | Sequence[Offer], refuse_seconds: float | None = None
     ) -> str:
-        """Give offers back, refused to this framework for `refuse_seconds` (None: 5 s)."""
+        """Give offers back, refused to this framework for `refuse_seconds` (None: the
+        master's default, 5 s)."""
         offers = _as_list(offers)
         call_id = await self._send(
             Call(

@@ -31,6 +31,7 @@ class Stream:
         self._queue: asyncio.Queue[scheduler_pb2.Call | None] = asyncio.Queue(QUEUE_SIZE)
         self._writer = asyncio.create_task(self._write_loop(), name="mesolite-stream-writer")
         self._read: asyncio.Future[Any] | None = None
+        self._write_failed = False
         self._closing = False
 
     async def send(self, call: scheduler_pb2.Call) -> None:
@@ -39,23 +40,17 @@ class Stream:
         await self._queue.put(call)
 
     async def _write_loop(self) -> None:
-        broken = False
-        while True:
-            call = await self._queue.get()
-            if broken:
-                # Keep draining so a sender never blocks on a full queue nobody empties;
-                # the reader will see the stream's failure and end this stream.
-                if call is None:
-                    return
-                continue
+        while (call := await self._queue.get()) is not None:
+            if self._write_failed:
+                continue  # keep draining, so that no sender waits on a queue nobody empties
             try:
-                if call is None:
-                    await self._call.done_writing()
-                    return
                 await self._call.write(call)
-            except (grpc.aio.AioRpcError, asyncio.InvalidStateError, grpc.aio.UsageError) as e:
-                broken = True
-                _log.debug("stream write failed", error=str(e))
+            except Exception as e:  # whatever it was, this stream can carry no more calls
+                _log.debug("stream write failed", error=repr(e))
+                self._write_failed = True
+        if not self._write_failed:
+            with contextlib.suppress(Exception):
+                await self._call.done_writing()
 
     async def next_event(
         self, silence: float | None, stop: asyncio.Event
@@ -64,6 +59,8 @@ class Stream:
 
         Raises `StreamLost` when the master ends the stream or sends nothing for `silence`
         seconds, and `grpc.aio.AioRpcError` when the stream ends with an error status.
+        A failed write is not reported here: the stream's status reaches the reads too,
+        and only they can tell a rejection apart from a transient failure.
         """
         if self._read is None:
             self._read = asyncio.ensure_future(self._call.read())
@@ -103,6 +100,10 @@ class Stream:
             pending.append(self._read)
         self._call.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        # Wake any sender still waiting for room: its call is lost with the stream, as
+        # any call in flight on a broken connection is.
+        while not self._queue.empty():
+            self._queue.get_nowait()
 
     async def _drain(self) -> None:
         """Discard events until the master ends the stream, however it ends it."""

@@ -11,7 +11,7 @@ from typing import Any
 from aiohttp import web
 
 from master.master import Master
-from master.sorter import dominant_share
+from master.policies import DRFPolicy
 from mesolite.resources import EMPTY, Resources
 
 MASTER_KEY = web.AppKey("master", Master)
@@ -41,7 +41,7 @@ def state_snapshot(master: Master) -> dict[str, Any]:
                 "allocated": allocated.to_dict(),
                 "used": used.to_dict(),
                 "offered": offered_by.get(f.framework_id, EMPTY).to_dict(),
-                "dominant_share": dominant_share(allocated, total),
+                "dominant_share": DRFPolicy().share(allocated, total),
                 "weighted_dominant_share": alloc.framework_share(f.framework_id),
                 "running_tasks": len(f.tasks),
                 "completed_tasks": len(f.completed),

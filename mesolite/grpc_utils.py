@@ -19,6 +19,15 @@ _COMMON_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.http2.max_pings_without_data", 0),
 ]
 
+_CLIENT_OPTIONS: list[tuple[str, Any]] = [
+    *_COMMON_OPTIONS,
+    # Each channel keeps its own connection state: a fresh channel to a master
+    # that came back must not inherit an old channel's long reconnect backoff.
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.initial_reconnect_backoff_ms", 200),
+    ("grpc.max_reconnect_backoff_ms", 2_000),
+]
+
 _SERVER_OPTIONS: list[tuple[str, Any]] = [
     *_COMMON_OPTIONS,
     # Two masters on one port must fail loudly, not share the port.
@@ -32,7 +41,7 @@ def create_server() -> grpc.aio.Server:
 
 
 def create_channel(target: str) -> grpc.aio.Channel:
-    return grpc.aio.insecure_channel(target, options=_COMMON_OPTIONS)
+    return grpc.aio.insecure_channel(target, options=_CLIENT_OPTIONS)
 
 
 def bind(server: grpc.aio.Server, host: str, port: int) -> int:

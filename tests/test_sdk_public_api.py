@@ -103,3 +103,12 @@ def test_recent_ids_forget_the_oldest() -> None:
     for update_id in ("u1", "u2", "u1", "u3"):
         recent.add(update_id)
     assert "u1" in recent and "u3" in recent and "u2" not in recent
+
+
+def test_readme_shows_the_hello_example_as_it_is() -> None:
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text()
+    block = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    example = (root / "examples" / "hello_framework.py").read_text()
+    code = example.split('"""', 2)[2].lstrip("\n")  # without the module docstring
+    assert block == code
