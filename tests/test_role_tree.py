@@ -11,10 +11,11 @@ from mesolite.resources import Resources
 from tests.test_allocator import FakeClock, run_one_task_per_offer
 
 CPU = Resources(cpus=1, mem=64)
+ONE_CPU_AGENT = Resources(cpus=1, mem=1024)
 
 
-def cluster(agents: int, agent: Resources = Resources(cpus=1, mem=1024), **kw: object) -> Allocator:
-    allocator = Allocator(FakeClock(), **kw)  # type: ignore[arg-type]
+def cluster(agents: int, agent: Resources = ONE_CPU_AGENT) -> Allocator:
+    allocator = Allocator(FakeClock())
     for i in range(agents):
         allocator.add_agent(f"s{i}", agent)
     return allocator
