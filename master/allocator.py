@@ -64,11 +64,15 @@ class _Filter:
 
 @dataclass(frozen=True, slots=True)
 class RoleSettings:
-    """A role's weight, guarantee and limit in absolute amounts (limit None: unlimited)."""
+    """A role's weight, guarantee and limit in absolute amounts.
+
+    The limit maps resource names to the most the role may hold (0 allows
+    none); names it leaves out, or a limit of None, are unlimited.
+    """
 
     weight: float = 1.0
     guarantee: Resources = EMPTY
-    limit: Resources | None = None
+    limit: Mapping[str, float] | None = None
 
 
 @dataclass(slots=True)

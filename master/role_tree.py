@@ -25,7 +25,7 @@ offers together with the headroom its roles' limits leave (None: unlimited).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
@@ -69,7 +69,9 @@ class _Role:
     parent: _Role | None
     weight: float = 1.0
     guarantee: Resources = EMPTY
-    limit: Resources | None = None
+    # Thousandths per limited resource; a name with 0 allows none of it
+    # (which `Resources`, dropping zeros, could not say). None: no limit.
+    limit: dict[str, int] | None = None
     configured: bool = False
     children: dict[str, _Role] = field(default_factory=dict)
     group: _Group = field(default_factory=_Group)
@@ -113,13 +115,15 @@ class RoleTree:
         return True
 
     def configure_role(
-        self, path: str, weight: float, guarantee: Resources, limit: Resources | None
+        self, path: str, weight: float, guarantee: Resources, limit: Mapping[str, float] | None
     ) -> None:
+        """Set a role's weight, guarantee and limit (amounts per resource; None: unlimited)."""
         if weight < 0 or weight != weight:
             raise ValueError(f"weight of role {path!r} must be >= 0, got {weight}")
         self.ensure_role(path)
         role = self._roles[path]
-        role.weight, role.guarantee, role.limit, role.configured = weight, guarantee, limit, True
+        role.weight, role.guarantee, role.configured = weight, guarantee, True
+        role.limit = None if limit is None else {n: round(a * 1000) for n, a in limit.items()}
         self._reposition_role(role)
 
     def unconfigure_role(self, path: str) -> None:
@@ -154,8 +158,9 @@ class RoleTree:
     def role_guarantee(self, path: str) -> Resources:
         return self._roles[path].guarantee
 
-    def role_limit(self, path: str) -> Resources | None:
-        return self._roles[path].limit
+    def role_limit(self, path: str) -> dict[str, float] | None:
+        limit = self._roles[path].limit
+        return None if limit is None else {n: u / 1000 for n, u in limit.items()}
 
     def role_allocation(self, path: str) -> Resources:
         return self._roles[path].allocation
@@ -373,10 +378,10 @@ class RoleTree:
                 role.parent.order.add(role.key)
 
 
-def _narrow(headroom: Headroom, limit: Resources, allocation: Resources) -> dict[str, int]:
+def _narrow(headroom: Headroom, limit: dict[str, int], allocation: Resources) -> dict[str, int]:
     """The headroom left under `limit`, combined with the headroom from above."""
     held = allocation._units
-    room = {name: max(0, cap - held.get(name, 0)) for name, cap in limit._units.items()}
+    room = {name: max(0, cap - held.get(name, 0)) for name, cap in limit.items()}
     if headroom:
         for name, cap in headroom.items():
             room[name] = min(cap, room.get(name, cap))

@@ -51,18 +51,20 @@ def test_without_the_guarantee_the_same_cluster_splits_evenly() -> None:
 
 
 def test_a_role_never_receives_more_than_its_limit() -> None:
-    allocator = cluster(2, Resources(cpus=4, mem=4096))
-    allocator.configure_roles({"capped": RoleSettings(limit=Resources(cpus=3))})
+    allocator = cluster(2, Resources(cpus=4, mem=4096, gpus=1))
+    allocator.configure_roles({"capped": RoleSettings(limit={"cpus": 3, "gpus": 0})})
     allocator.add_framework("c", "capped/sub")  # the limit counts everything below it
     decisions = allocator.allocate()
     assert sum(d.resources["cpus"] for d in decisions) == 3
     assert all(d.resources.get_amount("mem") == 4096 for d in decisions)  # mem is not limited
+    assert all("gpus" not in d.resources for d in decisions)  # a limit of 0 allows none
     assert allocator.roles.role_allocation("capped")["cpus"] == 3
     # The rest goes to an unlimited role as soon as there is one.
     allocator.add_framework("free", "*")
     later = allocator.allocate()
     assert {d.framework_id for d in later} == {"free"}
     assert sum(d.resources["cpus"] for d in later) == 5
+    assert sum(d.resources["gpus"] for d in later) == 2
 
 
 def test_frameworks_of_an_inner_role_share_with_its_children() -> None:
