@@ -89,8 +89,31 @@ def state_snapshot(master: Master) -> dict[str, Any]:
         }
         for o in master.offers.values()
     ]
+    steady, instantaneous = master.fair_shares()
+    tree = alloc.roles
+    roles = []
+    for path in sorted(tree.role_paths()):
+        allocated = tree.role_allocation(path)
+        roles.append(
+            {
+                "path": path,
+                "weight": tree.role_weight(path),
+                "guarantee": tree.role_guarantee(path).to_dict(),
+                "limit": tree.role_limit(path),
+                "configured": tree.role_configured(path),
+                "allocated": allocated.to_dict(),
+                "share": alloc.policy.share(allocated, total),
+                "weighted_share": tree.role_share(path),
+                "dominant_share": DRFPolicy().share(allocated, total),
+                "steady_fair_share": steady.get(path, EMPTY).to_dict(),
+                "instantaneous_fair_share": instantaneous.get(path, EMPTY).to_dict(),
+                "active": tree.role_active(path),
+                "frameworks": sum(1 for f in master.frameworks.values() if f.info.role == path),
+            }
+        )
     return {
         "master_id": master.master_id,
+        "policy": alloc.policy.name,
         "started_at": master.started_at,
         "time": time.time(),
         "cluster": {
@@ -103,6 +126,7 @@ def state_snapshot(master: Master) -> dict[str, Any]:
             "outstanding_offers": len(offers),
         },
         "frameworks": frameworks,
+        "roles": roles,
         "agents": agents,
         "offers": offers,
         "tasks": tasks,

@@ -21,13 +21,17 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
 
 from master import messages as msg
-from master.allocator import Allocator
+from master.allocator import Allocator, RoleSettings
+from master.fair_share import ShareInput, compute_fair_shares
 from master.outbox import Outbox
+from master.policies import make_policy
+from master.roles import RolesConfig, RolesConfigError, is_valid_role, load_roles
 from mesolite.model import (
     DEFAULT_REFUSE_SECONDS,
     DEFAULT_ROLE,
@@ -44,7 +48,6 @@ from mesolite.resources import EMPTY, Resources
 log = structlog.get_logger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
-_ROLE = re.compile(r"^(\*|[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*)$")
 
 
 class CallRejected(Exception):
@@ -71,6 +74,8 @@ class MasterConfig:
     framework_recovery_timeout: float = 120.0
     completed_tasks_kept: int = 1000
     weights: dict[str, float] = field(default_factory=dict)
+    roles_file: Path | None = None
+    policy: str = "drf"
     seed: int = 0
 
 
@@ -137,14 +142,19 @@ class Master:
         self.master_id = uuid.uuid4().hex[:12]
         self._clock = clock
         self._loop = loop or asyncio.get_running_loop()
-        self.allocator = Allocator(clock, seed=config.seed)
-        for role, weight in config.weights.items():
-            self.allocator.set_role_weight(role, weight)
+        self.allocator = Allocator(clock, seed=config.seed, policy=make_policy(config.policy))
+        # Raises RolesConfigError for a bad file: a master must not start half-configured.
+        self.roles_config = (
+            load_roles(config.roles_file) if config.roles_file else RolesConfig.default()
+        )
+        self._steady_shares: dict[str, Resources] | None = None
+        self._apply_roles()
         self.agents: dict[str, Agent] = {}
         self.removed_agents: set[str] = set()
         self.frameworks: dict[str, Framework] = {}
         self.offers: dict[str, OutstandingOffer] = {}
         self.allocation_wanted = asyncio.Event()
+        self.allocation_cycles = 0
         self.started_at = time.time()
         self._ids = itertools.count(1)
 
@@ -154,13 +164,71 @@ class Master:
     def request_allocation(self) -> None:
         self.allocation_wanted.set()
 
+    # Roles -----------------------------------------------------------------
+
+    def _apply_roles(self) -> None:
+        """Give the allocator the roles' absolute settings for the current cluster total.
+
+        Percentages depend on the total, so this runs again whenever it changes.
+        `--weights` (Mesos' flag) sets the weight of roles the file does not name.
+        """
+        settings = {
+            role: RoleSettings(weight=weight) for role, weight in self.config.weights.items()
+        }
+        for path, (guarantee, limit) in self.roles_config.resolve(self.allocator.total).items():
+            settings[path] = RoleSettings(self.roles_config.spec(path).weight, guarantee, limit)
+        self.allocator.configure_roles(settings)
+        self._steady_shares = None
+
+    def reload_roles(self) -> bool:
+        """Read the roles file again (on SIGHUP); an invalid file changes nothing."""
+        if self.config.roles_file is None:
+            log.info("no roles file to reload")
+            return False
+        try:
+            config = load_roles(self.config.roles_file)
+        except (RolesConfigError, OSError) as e:
+            log.error("roles file rejected; the previous configuration stays", reason=str(e))
+            return False
+        self.roles_config = config
+        self._apply_roles()
+        log.info("roles reloaded", file=str(self.config.roles_file), roles=len(config.roles))
+        self.request_allocation()
+        return True
+
+    def _share_inputs(self) -> dict[str, ShareInput]:
+        tree = self.allocator.roles
+        return {
+            path: ShareInput(
+                tree.role_weight(path), tree.role_guarantee(path), tree.role_limit(path)
+            )
+            for path in tree.role_paths()
+        }
+
+    def fair_shares(self) -> tuple[dict[str, Resources], dict[str, Resources]]:
+        """(steady, instantaneous) fair shares of every role.
+
+        Steady shares are cached until the configuration, the roles in use or
+        the cluster total change; instantaneous ones follow activity, so they
+        are computed when asked for (reading /state), not on every offer.
+        """
+        inputs = self._share_inputs()
+        total = self.allocator.total
+        if self._steady_shares is None or self._steady_shares.keys() != inputs.keys():
+            self._steady_shares = compute_fair_shares(inputs, total)
+        active = self.allocator.roles.active_roles()
+        return self._steady_shares, compute_fair_shares(inputs, total, active)
+
+    def _cluster_changed(self) -> None:
+        self._apply_roles()
+
     # Frameworks ------------------------------------------------------------
 
     def subscribe(self, info: FrameworkInfo, outbox: Outbox[msg.FrameworkMessage]) -> str:
         role = info.role or DEFAULT_ROLE
         if not info.name:
             raise RegistrationRefused("INVALID_ARGUMENT", "framework name must not be empty")
-        if not _ROLE.match(role):
+        if not is_valid_role(role):
             raise RegistrationRefused("INVALID_ARGUMENT", f"invalid role {role!r}")
         if not (0 <= info.failover_timeout < float("inf")):
             raise RegistrationRefused(
@@ -173,7 +241,8 @@ class Master:
         framework_id = self._new_id("F")
         framework = Framework(framework_id, info, outbox, registered_at=time.time())
         self.frameworks[framework_id] = framework
-        self.allocator.add_framework(framework_id, role)
+        if self.allocator.add_framework(framework_id, role):
+            log.info("role created on first use", role=role, weight=1.0)
         log.info("framework subscribed", framework_id=framework_id, name=info.name, role=role)
         outbox.send(msg.Subscribed(framework_id, self.config.framework_heartbeat_interval))
         self.request_allocation()
@@ -479,6 +548,7 @@ class Master:
     def allocate(self) -> int:
         """Run one allocation cycle and send the resulting offers; returns their count."""
         decisions = self.allocator.allocate()
+        self.allocation_cycles += 1
         by_framework: dict[str, list[Offer]] = {}
         for d in decisions:
             agent = self.agents[d.agent_id]
@@ -591,6 +661,7 @@ class Master:
                 registered_at=time.time(),
             )
             self.allocator.add_agent(agent_id, total)
+            self._cluster_changed()
             for rt in running:
                 self._adopt_task(self.agents[agent_id], rt)
             log.info(
@@ -694,6 +765,7 @@ class Master:
         for task in list(agent.tasks.values()):
             self._terminate(task, TaskState.LOST, f"agent {agent_id} was removed: {reason}")
         self.allocator.remove_agent(agent_id)
+        self._cluster_changed()
         del self.agents[agent_id]
         self.removed_agents.add(agent_id)
         if agent.outbox is not None:

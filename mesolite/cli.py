@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from master.policies import POLICIES
 from mesolite import logs
 from mesolite.resources import InvalidResources, Resources
 
@@ -92,6 +93,19 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="ROLE=W,...",
         help="role weights, e.g. eng=2,ops=1",
     )
+    m.add_argument(
+        "--roles",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="roles file (TOML): weights, guarantees and limits; reloaded on SIGHUP",
+    )
+    m.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default="drf",
+        help="how shares are measured: dominant share, asset sum, or slots",
+    )
 
     a = sub.add_parser("agent", help="run an agent")
     a.add_argument("--master", required=True, metavar="HOST:PORT")
@@ -150,6 +164,7 @@ async def _until_signalled() -> None:
 
 async def _run_master(args: argparse.Namespace) -> int:
     from master.master import MasterConfig
+    from master.roles import RolesConfigError
     from master.server import MasterServer
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
@@ -158,8 +173,19 @@ async def _run_master(args: argparse.Namespace) -> int:
         offer_timeout=args.offer_timeout,
         agent_timeout=args.agent_timeout,
         weights=args.weights,
+        roles_file=args.roles,
+        policy=args.policy,
     )
-    async with MasterServer(config, args.host, args.port, args.http_port) as server:
+    server = MasterServer(config, args.host, args.port, args.http_port)
+    try:
+        await server.start()
+    except (RolesConfigError, OSError) as e:
+        print(f"mesolite master: {e}", file=sys.stderr)
+        await server.stop()
+        return 2
+    if server.master is not None:
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.master.reload_roles)
+    try:
         print(
             f"mesolite master {server.master.master_id if server.master else ''} "
             f"is listening on {server.grpc_address} (HTTP {server.http_address})\n"
@@ -171,6 +197,8 @@ async def _run_master(args: argparse.Namespace) -> int:
             flush=True,
         )
         await _until_signalled()
+    finally:
+        await server.stop()
     return 0
 
 
@@ -238,6 +266,21 @@ def _state(args: argparse.Namespace) -> int:
             f"share={f['dominant_share']:.3f} tasks={f['running_tasks']:<4} "
             f"{'connected' if f['connected'] else 'DISCONNECTED'}  used {_fmt(f['used'])}"
         )
+    if state.get("roles"):
+        print(
+            f"\nroles (policy {state.get('policy', 'drf')}; fair shares: steady / instantaneous):"
+        )
+        for r in state["roles"]:
+            depth = 0 if r["path"] == "*" else r["path"].count("/")
+            name = "  " * depth + r["path"].rsplit("/", 1)[-1]
+            limit = _fmt(r["limit"]) if r["limit"] is not None else "-"
+            print(
+                f"  {name:<16} weight={r['weight']:<4g} share={r['weighted_share']:.3f} "
+                f"{'active' if r['active'] else 'idle  '} allocated {_fmt(r['allocated'])}  "
+                f"guarantee {_fmt(r['guarantee'])}  limit {limit}\n"
+                f"  {'':<16} steady {_fmt(r['steady_fair_share'])}  "
+                f"instantaneous {_fmt(r['instantaneous_fair_share'])}"
+            )
     print("\nagents:")
     for a in state["agents"]:
         print(

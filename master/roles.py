@@ -1,0 +1,445 @@
+"""The roles configuration: the role tree with weights, guarantees and limits.
+
+Roles form a tree by path: `eng` is the parent of `eng/ml` and `eng/web`. Each
+role has
+
+- a **weight** (default 1): its share of its parent's resources relative to its
+  siblings. Weight 0 is allowed and, as in the Fair Scheduler, makes the role
+  *fixed*: it gets its guarantee and nothing more.
+- a **guarantee** per resource: the amount it is entitled to even when its
+  weight alone would give it less.
+- a **limit** per resource: the most it may hold. A resource the limit does not
+  name is unlimited; a limit of 0 keeps the role off that resource entirely.
+
+Amounts are absolute (`cpus = 8`) or a percentage of the cluster total
+(`mem = "25%"`), resolved by `RolesConfig.resolve` whenever the total changes.
+The file is TOML:
+
+    [roles.eng]
+    weight = 2.0
+    guarantee = { cpus = 8, mem = "25%" }
+    limit = { cpus = "50%" }
+
+    [roles."eng/ml"]        # a path with "/" must be quoted
+    limit = { gpus = 2 }
+
+A parent that is not declared (`eng` above, if it were missing) exists
+implicitly with weight 1. The default role `*` always exists; the file may set
+its weight, guarantee and limit but it cannot have children.
+
+Checks made when loading, each reported with the file and line:
+
+- weights finite and >= 0; amounts finite, >= 0 and at most 1e15 (what
+  `Resources` holds); percentages between 0 and 100; no unknown keys;
+- a guarantee above the same role's limit, or above the limit of any of its
+  ancestors (a child can never get more than its parent may hold).
+
+Both checks compare like with like: an absolute guarantee against an absolute
+limit, a percentage against a percentage. A mix (`cpus = 8` under
+`cpus = "50%"`) can only be judged against a cluster size, so `resolve` cuts
+such a guarantee down to the limit instead of rejecting the file.
+
+Parsing is pure: `parse_roles` returns a new `RolesConfig` or raises
+`RolesConfigError`, so a master reloading the file (on SIGHUP) keeps its old
+configuration untouched when the new one is invalid.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from mesolite.model import DEFAULT_ROLE
+from mesolite.resources import Resources
+
+__all__ = [
+    "DEFAULT_ROLE",
+    "Amount",
+    "RoleSpec",
+    "RolesConfig",
+    "RolesConfigError",
+    "ancestor_roles",
+    "is_valid_role",
+    "load_roles",
+    "parent_role",
+    "parse_roles",
+]
+
+_SCALE = 1000  # Resources keep whole thousandths
+_MAX_AMOUNT = 1e15  # the largest amount Resources accept
+_SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
+_RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
+_PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*")
+_TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
+_ROLE_KEYS = ("weight", "guarantee", "limit")
+
+
+class RolesConfigError(ValueError):
+    """An invalid roles file; the message reads `SOURCE:LINE: problem`."""
+
+    def __init__(self, source: str, line: int | None, problem: str) -> None:
+        self.source = source
+        self.line = line
+        self.problem = problem
+        where = source if line is None else f"{source}:{line}"
+        super().__init__(f"{where}: {problem}")
+
+
+# Role paths --------------------------------------------------------------------
+
+
+def is_valid_role(path: str) -> bool:
+    """`*`, or segments of `[A-Za-z0-9_.-]+` joined by `/`.
+
+    `.` and `..` are refused as segments: they read as relative paths, and the
+    role tree uses `.` for a role's own frameworks.
+    """
+    if path == DEFAULT_ROLE:
+        return True
+    return all(_SEGMENT.fullmatch(s) and s not in (".", "..") for s in path.split("/"))
+
+
+def parent_role(path: str) -> str | None:
+    """`eng` for `eng/ml`; None for a top-level role."""
+    parent, sep, _ = path.rpartition("/")
+    return parent if sep else None
+
+
+def ancestor_roles(path: str) -> tuple[str, ...]:
+    """Nearest first, as Mesos' `roles::ancestors`: `a/b/c` gives (`a/b`, `a`)."""
+    out: list[str] = []
+    parent = parent_role(path)
+    while parent is not None:
+        out.append(parent)
+        parent = parent_role(parent)
+    return tuple(out)
+
+
+# The configuration -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Amount:
+    """An absolute amount, or (`percent=True`) a percentage of the cluster total."""
+
+    value: float
+    percent: bool = False
+
+    def units(self, total_units: int) -> int:
+        """This amount in thousandths, given the cluster total in thousandths.
+
+        A percentage is rounded down, so guarantees adding up to 100% never
+        promise more than the cluster holds and a limit never allows more than
+        the percentage says.
+        """
+        if not self.percent:
+            return round(self.value * _SCALE)
+        return math.floor(_exact(self.value) * total_units / 100)
+
+    def __str__(self) -> str:
+        return f"{self.value:g}%" if self.percent else f"{self.value:g}"
+
+
+def _exact(value: float) -> Fraction:
+    # The decimal the file spelled ("33.3"), not the nearest binary float.
+    return Fraction(repr(value))
+
+
+def _empty() -> Mapping[str, Amount]:
+    return MappingProxyType({})
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One role as configured; an empty guarantee or limit means none."""
+
+    path: str
+    weight: float = 1.0
+    guarantee: Mapping[str, Amount] = field(default_factory=_empty)
+    limit: Mapping[str, Amount] = field(default_factory=_empty)
+
+
+Resolved = tuple[Resources, dict[str, float] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RolesConfig:
+    """Every configured role by path, including implicit parents and `*`."""
+
+    roles: Mapping[str, RoleSpec]
+
+    @classmethod
+    def default(cls) -> RolesConfig:
+        """No file: only the default role `*`, weight 1."""
+        return cls(MappingProxyType({DEFAULT_ROLE: RoleSpec(DEFAULT_ROLE)}))
+
+    def spec(self, path: str) -> RoleSpec:
+        """The role's spec, or the default one (weight 1, no bounds) if not configured."""
+        found = self.roles.get(path)
+        return found if found is not None else RoleSpec(path)
+
+    @staticmethod
+    def parent(path: str) -> str | None:
+        return parent_role(path)
+
+    @staticmethod
+    def ancestors(path: str) -> tuple[str, ...]:
+        return ancestor_roles(path)
+
+    def resolve(self, total: Resources) -> dict[str, Resolved]:
+        """Each role's absolute (guarantee, limit) against the cluster `total`.
+
+        The limit is a plain dict rather than `Resources`, because `Resources`
+        drops zero amounts and a limit of 0 (no GPUs for this role) must not
+        turn into "unlimited". It is None when the role has no limit at all;
+        resources it does not name are unlimited. A guarantee is cut down to the
+        role's own limit (see the module docstring on mixed kinds). A
+        percentage of a resource missing from `total` is 0.
+        """
+        total_units = total._units
+        out: dict[str, Resolved] = {}
+        for path, spec in self.roles.items():
+            caps = {n: a.units(total_units.get(n, 0)) for n, a in spec.limit.items()}
+            promised: dict[str, int] = {}
+            for name, amount in spec.guarantee.items():
+                units = min(amount.units(total_units.get(name, 0)), caps.get(name, math.inf))
+                if units:
+                    promised[name] = int(units)
+            limit = {n: u / _SCALE for n, u in caps.items()} if spec.limit else None
+            out[path] = (Resources._from_units(promised), limit)
+        return out
+
+
+# Loading -----------------------------------------------------------------------
+
+
+def load_roles(path: Path) -> RolesConfig:
+    """Read and parse a roles file; any problem, unreadable file included, raises."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RolesConfigError(str(path), None, f"cannot read the roles file: {e}") from None
+    return parse_roles(text, source=str(path))
+
+
+def parse_roles(text: str, source: str = "<roles>") -> RolesConfig:
+    """Parse roles TOML; raises `RolesConfigError` naming `source` and the line."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        found = _TOML_POSITION.search(str(e))
+        raise RolesConfigError(
+            source, int(found[1]) if found else None, f"invalid TOML: {e}"
+        ) from None
+    return _Parser(text, source).parse(data)
+
+
+class _Parser:
+    def __init__(self, text: str, source: str) -> None:
+        self.source = source
+        self.lines = _KeyLines(text)
+
+    def fail(self, keys: tuple[str, ...], problem: str) -> NoReturn:
+        raise RolesConfigError(self.source, self.lines.find(keys), problem)
+
+    def parse(self, data: dict[str, Any]) -> RolesConfig:
+        for key in data:
+            if key != "roles":
+                self.fail((key,), f"unknown key {key!r} (expected [roles.NAME] tables)")
+        table = data.get("roles", {})
+        if not isinstance(table, dict):
+            self.fail(("roles",), "'roles' must be a table of roles")
+        specs: dict[str, RoleSpec] = {}
+        for path, body in table.items():
+            specs[path] = self.role(path, body)
+        for path in list(specs):
+            for ancestor in ancestor_roles(path):
+                specs.setdefault(ancestor, RoleSpec(ancestor))
+        specs.setdefault(DEFAULT_ROLE, RoleSpec(DEFAULT_ROLE))
+        for spec in specs.values():
+            self.check_under_ancestors(spec, specs)
+        ordered = {path: specs[path] for path in sorted(specs)}
+        return RolesConfig(MappingProxyType(ordered))
+
+    def role(self, path: str, body: object) -> RoleSpec:
+        where = ("roles", path)
+        if path.startswith(DEFAULT_ROLE + "/"):
+            self.fail(where, f"the default role {DEFAULT_ROLE!r} cannot have children")
+        if not is_valid_role(path):
+            self.fail(
+                where,
+                f"invalid role name {path!r}: expected '*' or segments of letters, digits,"
+                " '_', '.', '-' joined by '/'",
+            )
+        if not isinstance(body, dict):
+            self.fail(where, f"role {path!r} must be a table with weight, guarantee, limit")
+        for key, value in body.items():
+            if key not in _ROLE_KEYS:
+                hint = ""
+                if isinstance(value, dict):
+                    hint = f' (for a child role write [roles."{path}/{key}"])'
+                self.fail((*where, key), f"role {path!r}: unknown key {key!r}{hint}")
+        weight = body.get("weight", 1.0)
+        if (
+            isinstance(weight, bool)
+            or not isinstance(weight, int | float)
+            or not math.isfinite(weight)
+            or weight < 0
+        ):
+            self.fail(
+                (*where, "weight"),
+                f"role {path!r}: weight must be a finite number >= 0, got {weight!r}",
+            )
+        guarantee = self.amounts(path, "guarantee", body.get("guarantee", {}))
+        limit = self.amounts(path, "limit", body.get("limit", {}))
+        for name, promised in guarantee.items():
+            cap = limit.get(name)
+            if cap is not None and _exceeds(promised, cap):
+                self.fail(
+                    (*where, "guarantee", name),
+                    f"role {path!r}: guarantee {name} = {promised} is above its limit {cap}",
+                )
+        return RoleSpec(path, float(weight), guarantee, limit)
+
+    def amounts(self, path: str, kind: str, table: object) -> Mapping[str, Amount]:
+        where = ("roles", path, kind)
+        if not isinstance(table, dict):
+            self.fail(where, f"role {path!r}: {kind} must be a table like {{ cpus = 2 }}")
+        out: dict[str, Amount] = {}
+        for name, value in table.items():
+            at = (*where, name)
+            if not _RESOURCE_NAME.fullmatch(name):
+                self.fail(at, f"role {path!r}: invalid resource name {name!r} in {kind}")
+            if isinstance(value, str):
+                match = _PERCENT.fullmatch(value)
+                if match is None:
+                    self.fail(at, f'role {path!r}: {kind} {name} = {value!r} is not "N%"')
+                percent = float(match[1])
+                if percent > 100:
+                    self.fail(at, f"role {path!r}: {kind} {name} = {value!r} is above 100%")
+                out[name] = Amount(percent, percent=True)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                if not math.isfinite(value) or value < 0 or value > _MAX_AMOUNT:
+                    self.fail(
+                        at,
+                        f"role {path!r}: {kind} {name} = {value!r} must be a finite number"
+                        f" between 0 and {_MAX_AMOUNT:g}",
+                    )
+                out[name] = Amount(float(value))
+            else:
+                self.fail(
+                    at, f'role {path!r}: {kind} {name} must be a number or "N%", got {value!r}'
+                )
+        return MappingProxyType(out)
+
+    def check_under_ancestors(self, spec: RoleSpec, specs: Mapping[str, RoleSpec]) -> None:
+        for name, promised in spec.guarantee.items():
+            for ancestor in ancestor_roles(spec.path):
+                cap = specs[ancestor].limit.get(name)
+                if cap is not None and _exceeds(promised, cap):
+                    self.fail(
+                        ("roles", spec.path, "guarantee", name),
+                        f"role {spec.path!r}: guarantee {name} = {promised} is above the limit"
+                        f" {cap} of {ancestor!r}",
+                    )
+
+
+def _exceeds(promised: Amount, cap: Amount) -> bool:
+    """True when `promised` is above `cap` whatever the cluster size; mixed kinds never are."""
+    if promised.percent != cap.percent:
+        return False
+    if promised.percent:
+        return _exact(promised.value) > _exact(cap.value)
+    return round(promised.value * _SCALE) > round(cap.value * _SCALE)
+
+
+# Line numbers for errors -------------------------------------------------------
+
+_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
+_BASIC_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_LITERAL_STRING = re.compile(r"'[^']*'")
+
+
+class _KeyLines:
+    """The line where each dotted key (and each prefix of it) first appears.
+
+    tomllib returns plain dicts without positions, so a semantic error is
+    placed by scanning the text: table headers (`[roles."a/b"]`) set the
+    current table and `key = value` lines add their dotted key to it. A key
+    inside an inline table (`guarantee = { cpus = 8 }`) is found through its
+    longest recorded prefix, which is on the same line. Good enough for the
+    layouts people write; the worst a stranger layout can do is point at the
+    role's header or give no line.
+    """
+
+    def __init__(self, text: str) -> None:
+        self._first: dict[tuple[str, ...], int] = {}
+        table: tuple[str, ...] = ()
+        open_quote: str | None = None
+        for number, raw in enumerate(text.splitlines(), start=1):
+            line = raw.strip()
+            if open_quote is not None:  # inside a multi-line string
+                if line.count(open_quote) % 2:
+                    open_quote = None
+                continue
+            if not line or line.startswith("#"):
+                continue
+            if line.startswith("["):
+                parsed = _dotted_key(line.lstrip("["))
+                if parsed is not None and parsed[1].startswith("]"):
+                    table = parsed[0]
+                    self._record(table, number)
+                continue
+            parsed = _dotted_key(line)
+            if parsed is None or not parsed[1].startswith("="):
+                continue
+            self._record(table + parsed[0], number)
+            for quote in ('"""', "'''"):
+                if parsed[1].count(quote) % 2:
+                    open_quote = quote
+
+    def _record(self, keys: tuple[str, ...], number: int) -> None:
+        for end in range(1, len(keys) + 1):
+            self._first.setdefault(keys[:end], number)
+
+    def find(self, keys: tuple[str, ...]) -> int | None:
+        for end in range(len(keys), 0, -1):
+            number = self._first.get(keys[:end])
+            if number is not None:
+                return number
+        return None
+
+
+def _dotted_key(text: str) -> tuple[tuple[str, ...], str] | None:
+    """Split `a."b/c".d = 1` into (("a", "b/c", "d"), "= 1"); None if no key starts it."""
+    keys: list[str] = []
+    rest = text
+    while True:
+        rest = rest.lstrip()
+        for pattern in (_BASIC_STRING, _LITERAL_STRING, _BARE_KEY):
+            match = pattern.match(rest)
+            if match is not None:
+                break
+        else:
+            return None
+        token = match[0]
+        if pattern is _BARE_KEY:
+            keys.append(token)
+        elif pattern is _LITERAL_STRING:
+            keys.append(token[1:-1])
+        else:
+            try:  # let tomllib undo the escapes
+                keys.append(tomllib.loads(f"k = {token}")["k"])
+            except tomllib.TOMLDecodeError:
+                return None
+        rest = rest[match.end() :].lstrip()
+        if not rest.startswith("."):
+            return tuple(keys), rest
+        rest = rest[1:]

@@ -1,0 +1,174 @@
+"""Roles over real gRPC: allocations and fair shares follow the tree; SIGHUP reloads."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from examples.batch import BatchFramework, BatchSpec
+from tests.cluster import LocalCluster, fast
+from tests.recording import running
+from tests.waiting import wait_for_condition
+
+ROLES = """
+[roles.eng]
+weight = 3
+
+[roles."eng/ml"]
+[roles."eng/web"]
+
+[roles.ops]
+weight = 1
+
+[roles.capped]
+limit = { cpus = 2 }
+"""
+
+
+def role(state: dict[str, Any], path: str) -> dict[str, Any]:
+    return next(r for r in state["roles"] if r["path"] == path)
+
+
+def batch(name: str, role_path: str) -> BatchFramework:
+    spec = BatchSpec(name=name, role=role_path, cpus=1, mem=64, tasks=0, command="sleep 120")
+    return BatchFramework(spec, out=lambda line: None)
+
+
+async def test_allocations_and_fair_shares_follow_the_role_tree(tmp_path: Path) -> None:
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(ROLES)
+    async with LocalCluster(tmp_path, fast(roles_file=roles_file)) as cluster:
+        ml, web, ops = batch("ml", "eng/ml"), batch("web", "eng/web"), batch("ops", "ops")
+        async with contextlib.AsyncExitStack() as stack:
+            for fw in (ml, web, ops):
+                await stack.enter_async_context(running(fw, cluster.address))
+            for i in range(4):
+                await cluster.add_agent("cpus:4;mem:4096", name=f"a{i}")
+            await wait_for_condition(
+                lambda: len(list(cluster.master.tasks())) == 16, what="16 tasks"
+            )
+            state = await cluster.state()
+            counts = {f["name"]: f["running_tasks"] for f in state["frameworks"]}
+            # eng (weight 3) : ops (weight 1), and eng's part split evenly below it.
+            assert counts == {"ml": 6, "web": 6, "ops": 4}
+            assert role(state, "eng")["allocated"]["cpus"] == 12
+            # Steady shares divide among all configured roles, `*` and `capped`
+            # included (weights 3 + 1 + 1 + 1); capped's limit of 2 CPUs sends the
+            # rest back: R = (16 - 2) / 5 = 2.8 CPUs per unit of weight.
+            assert role(state, "eng")["steady_fair_share"]["cpus"] == 8.4
+            assert role(state, "eng/ml")["steady_fair_share"]["cpus"] == 4.2
+            assert role(state, "ops")["steady_fair_share"]["cpus"] == 2.8
+            assert role(state, "capped")["steady_fair_share"]["cpus"] == 2.0
+            assert role(state, "*")["steady_fair_share"]["cpus"] == 2.8
+            # Instantaneous shares divide among the active roles only.
+            assert role(state, "eng")["instantaneous_fair_share"]["cpus"] == 12.0
+            assert role(state, "eng/web")["instantaneous_fair_share"]["cpus"] == 6.0
+            assert role(state, "ops")["instantaneous_fair_share"]["cpus"] == 4.0
+            assert role(state, "*")["instantaneous_fair_share"] == {}
+            assert role(state, "eng")["active"] and not role(state, "*")["active"]
+
+
+async def test_a_role_never_holds_more_than_its_limit(tmp_path: Path) -> None:
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(ROLES)
+    async with LocalCluster(tmp_path, fast(roles_file=roles_file)) as cluster:
+        await cluster.add_agent("cpus:4;mem:4096")
+        capped = batch("capped", "capped")
+        async with running(capped, cluster.address):
+            await wait_for_condition(lambda: capped.stats.launched == 2, what="two launches")
+            state = await cluster.state()
+            assert role(state, "capped")["allocated"]["cpus"] == 2
+            # Alone on the cluster, it is still offered no more than its limit.
+            cycles = cluster.master.allocation_cycles
+            await wait_for_condition(
+                lambda: cluster.master.allocation_cycles >= cycles + 3,
+                what="three more allocation cycles",
+            )
+            assert cluster.master.allocator.roles.role_allocation("capped")["cpus"] <= 2
+            assert capped.stats.launched == 2
+
+
+async def test_a_role_not_in_the_file_is_created_with_weight_one(tmp_path: Path) -> None:
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(ROLES)
+    async with LocalCluster(tmp_path, fast(roles_file=roles_file)) as cluster:
+        await cluster.add_agent("cpus:2;mem:1024")
+        async with running(batch("newcomer", "research/vision"), cluster.address):
+            state = await cluster.state()
+            assert role(state, "research/vision")["weight"] == 1.0
+            assert role(state, "research")["configured"] is False
+
+
+@contextlib.asynccontextmanager
+async def master_process(tmp_path: Path, roles_file: Path) -> AsyncIterator[tuple[Any, str]]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mesolite.cli",
+        "master",
+        "--port",
+        "0",
+        "--http-port",
+        "0",
+        "--work-dir",
+        str(tmp_path / "master"),
+        "--roles",
+        str(roles_file),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=(tmp_path / "master.log").open("wb"),
+    )
+    try:
+        assert process.stdout is not None
+        first = await asyncio.wait_for(process.stdout.readline(), 20)
+        http = first.decode().split("(HTTP ")[1].split(")")[0]
+        yield process, http
+    finally:
+        if process.returncode is None:
+            process.terminate()
+        await asyncio.wait_for(process.wait(), 20)
+
+
+async def test_sighup_reloads_roles_and_keeps_them_when_the_file_is_invalid(
+    tmp_path: Path,
+) -> None:
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(ROLES)
+    async with (
+        master_process(tmp_path, roles_file) as (process, http),
+        aiohttp.ClientSession() as session,
+    ):
+
+        async def weight(path: str) -> float | None:
+            async with session.get(f"http://{http}/state") as response:
+                state = await response.json()
+            found = [r for r in state["roles"] if r["path"] == path]
+            return found[0]["weight"] if found else None
+
+        assert await weight("ops") == 1.0
+        roles_file.write_text(ROLES.replace("weight = 1\n", "weight = 5\n"))
+        process.send_signal(signal.SIGHUP)
+        await wait_for_condition_async(lambda: weight("ops"), 5.0)
+
+        roles_file.write_text("[roles.ops]\nweight = -2\n")
+        process.send_signal(signal.SIGHUP)
+        log = tmp_path / "master.log"
+        await wait_for_condition(
+            lambda: "roles file rejected" in log.read_text(), what="the rejection to be logged"
+        )
+        assert "roles.toml:2: role 'ops': weight" in log.read_text()
+        assert await weight("ops") == 5.0  # the old configuration stays
+
+
+async def wait_for_condition_async(read: Any, expected: object, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while (value := await read()) != expected:
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out: still {value!r}, expected {expected!r}")
+        await asyncio.sleep(0.05)
