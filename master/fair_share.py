@@ -49,8 +49,10 @@ redone with exact `Fraction` keys.
 down to a thousandth, and the thousandths left over go one each to the
 children with the largest remainders (ties: first by path), so the children's
 shares add up to exactly min(T, sum of the limits) (with a weight 0 child
-counting its guarantee as its limit). No child passes its limit, and no child
-falls below its guarantee when the guarantees fit.
+counting its guarantee as its limit). No child passes its limit, no child
+falls below its guarantee when the guarantees fit, and raising one child's
+weight never lowers its share (the exact share rises while the others fall
+or stay, and largest-remainder rounding cannot undo that).
 
 **Guarantees that do not fit.** When the children's guarantees add up to more
 than T (a smaller cluster than the configuration expected, or a parent with a
@@ -68,7 +70,7 @@ role tree's `.` group entry plays that part in the allocator).
 from __future__ import annotations
 
 import heapq
-import math
+import sys
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -81,6 +83,7 @@ __all__ = ["ROOT", "ShareInput", "compute_fair_shares", "role_tree"]
 ROOT = ""  # the path of the tree's root: the whole cluster
 _SCALE = 1000
 _MAX_AMOUNT = 1e15
+_MAX_WEIGHT = sys.float_info.max
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,7 +106,7 @@ class ShareInput:
 
     def __post_init__(self) -> None:
         w = self.weight
-        if isinstance(w, bool) or not isinstance(w, int | float) or not math.isfinite(w) or w < 0:
+        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= _MAX_WEIGHT:
             raise ValueError(f"weight must be a finite number >= 0, got {w!r}")
         numerator, denominator = float(w).as_integer_ratio()  # denominator: a power of 2
         object.__setattr__(self, "_weight_parts", (numerator, denominator.bit_length() - 1))

@@ -37,7 +37,13 @@ Checks made when loading, each reported with the file and line:
 Both checks compare like with like: an absolute guarantee against an absolute
 limit, a percentage against a percentage. A mix (`cpus = 8` under
 `cpus = "50%"`) can only be judged against a cluster size, so `resolve` cuts
-such a guarantee down to the limit instead of rejecting the file.
+such a guarantee down to the role's own limit instead of rejecting the file;
+one above an ancestor's limit is left to the fair-share computation, which
+scales guarantees that do not fit in the parent's share (`master.fair_share`).
+Percentages resolve to whole thousandths, rounded down.
+
+Role names are `*` or segments of `[A-Za-z0-9_.-]+` joined by `/`; the
+segments `.` and `..` are refused.
 
 Parsing is pure: `parse_roles` returns a new `RolesConfig` or raises
 `RolesConfigError`, so a master reloading the file (on SIGHUP) keeps its old
@@ -62,6 +68,7 @@ from mesolite.resources import Resources
 __all__ = [
     "DEFAULT_ROLE",
     "Amount",
+    "Resolved",
     "RoleSpec",
     "RolesConfig",
     "RolesConfigError",
@@ -287,12 +294,7 @@ class _Parser:
                     hint = f' (for a child role write [roles."{path}/{key}"])'
                 self.fail((*where, key), f"role {path!r}: unknown key {key!r}{hint}")
         weight = body.get("weight", 1.0)
-        if (
-            isinstance(weight, bool)
-            or not isinstance(weight, int | float)
-            or not math.isfinite(weight)
-            or weight < 0
-        ):
+        if not _is_number(weight) or weight < 0:
             self.fail(
                 (*where, "weight"),
                 f"role {path!r}: weight must be a finite number >= 0, got {weight!r}",
@@ -326,7 +328,7 @@ class _Parser:
                     self.fail(at, f"role {path!r}: {kind} {name} = {value!r} is above 100%")
                 out[name] = Amount(percent, percent=True)
             elif isinstance(value, int | float) and not isinstance(value, bool):
-                if not math.isfinite(value) or value < 0 or value > _MAX_AMOUNT:
+                if not _is_number(value) or not 0 <= value <= _MAX_AMOUNT:
                     self.fail(
                         at,
                         f"role {path!r}: {kind} {name} = {value!r} must be a finite number"
@@ -349,6 +351,16 @@ class _Parser:
                         f"role {spec.path!r}: guarantee {name} = {promised} is above the limit"
                         f" {cap} of {ancestor!r}",
                     )
+
+
+def _is_number(value: object) -> bool:
+    """A finite int or float (TOML ints may be too big for a float; bools are not numbers)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _exceeds(promised: Amount, cap: Amount) -> bool:
@@ -374,23 +386,17 @@ class _KeyLines:
     placed by scanning the text: table headers (`[roles."a/b"]`) set the
     current table and `key = value` lines add their dotted key to it. A key
     inside an inline table (`guarantee = { cpus = 8 }`) is found through its
-    longest recorded prefix, which is on the same line. Good enough for the
-    layouts people write; the worst a stranger layout can do is point at the
-    role's header or give no line.
+    longest recorded prefix, which is on the same line. Multi-line strings are
+    not tracked: the only strings a valid role holds are percentages, so a
+    line inside one never looks like a header or a key. The worst a stranger
+    layout can do is point at the role's header or give no line.
     """
 
     def __init__(self, text: str) -> None:
         self._first: dict[tuple[str, ...], int] = {}
         table: tuple[str, ...] = ()
-        open_quote: str | None = None
         for number, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
-            if open_quote is not None:  # inside a multi-line string
-                if line.count(open_quote) % 2:
-                    open_quote = None
-                continue
-            if not line or line.startswith("#"):
-                continue
             if line.startswith("["):
                 parsed = _dotted_key(line.lstrip("["))
                 if parsed is not None and parsed[1].startswith("]"):
@@ -398,12 +404,8 @@ class _KeyLines:
                     self._record(table, number)
                 continue
             parsed = _dotted_key(line)
-            if parsed is None or not parsed[1].startswith("="):
-                continue
-            self._record(table + parsed[0], number)
-            for quote in ('"""', "'''"):
-                if parsed[1].count(quote) % 2:
-                    open_quote = quote
+            if parsed is not None and parsed[1].startswith("="):
+                self._record(table + parsed[0], number)
 
     def _record(self, keys: tuple[str, ...], number: int) -> None:
         for end in range(1, len(keys) + 1):

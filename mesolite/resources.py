@@ -33,6 +33,9 @@ def _to_units(name: str, amount: float) -> int:
     return round(amount * _SCALE)
 
 
+_new = object.__new__
+
+
 class Resources(Mapping[str, float]):
     """An immutable mapping from resource name to amount, zero amounts omitted."""
 
@@ -50,7 +53,7 @@ class Resources(Mapping[str, float]):
 
     @classmethod
     def _from_units(cls, units: dict[str, int]) -> Resources:
-        r = cls.__new__(cls)
+        r = _new(cls)
         r._units = units
         return r
 
@@ -94,10 +97,14 @@ class Resources(Mapping[str, float]):
         return not self._units
 
     def __add__(self, other: Resources) -> Resources:
-        units = dict(self._units)
+        # On the allocator's hot path: a few million calls a second matter.
+        units = self._units.copy()
+        get = units.get
         for name, u in other._units.items():
-            units[name] = units.get(name, 0) + u
-        return Resources._from_units(units)
+            units[name] = get(name, 0) + u
+        r = _new(Resources)
+        r._units = units
+        return r
 
     def __sub__(self, other: Resources) -> Resources:
         """Subtract; raises if any amount would go below zero."""
