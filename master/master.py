@@ -31,6 +31,7 @@ from master.allocator import Allocator, RoleSettings
 from master.fair_share import ShareInput, compute_fair_shares
 from master.outbox import Outbox
 from master.policies import make_policy
+from master.registry import FrameworkEntry, Registry, TaskEntry
 from master.roles import RolesConfig, RolesConfigError, is_valid_role, load_roles
 from mesolite.model import (
     DEFAULT_REFUSE_SECONDS,
@@ -69,12 +70,13 @@ class MasterConfig:
     agent_heartbeat_interval: float = 1.0
     agent_timeout: float = 10.0
     framework_heartbeat_interval: float = 5.0
-    # Frameworks whose tasks an agent reports after a master restart, but which
-    # have not subscribed again, are torn down after this long.
-    framework_recovery_timeout: float = 120.0
+    # After a restart, agents the registry lists have this long to come back
+    # before they are marked removed and their tasks reported lost.
+    agent_reregister_timeout: float = 60.0
     completed_tasks_kept: int = 1000
     weights: dict[str, float] = field(default_factory=dict)
     roles_file: Path | None = None
+    work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
     seed: int = 0
 
@@ -118,7 +120,9 @@ class Framework:
     suppressed: bool = False
     disconnected_at: float | None = None
     failover_timer: asyncio.TimerHandle | None = None
-    recovered: bool = False  # known only from an agent's report, not yet subscribed
+    # Updates the master made (say, TASK_LOST) while the framework was away,
+    # sent when it subscribes again.
+    undelivered: list[TaskStatus] = field(default_factory=list)
 
     @property
     def connected(self) -> bool:
@@ -155,14 +159,93 @@ class Master:
         self.offers: dict[str, OutstandingOffer] = {}
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
+        # Agents the registry lists that have not re-registered since the restart.
+        self.recovering_agents: dict[str, list[TaskEntry]] = {}
+        self._recovery_timer: asyncio.TimerHandle | None = None
         self.started_at = time.time()
         self._ids = itertools.count(1)
+        work_dir = config.work_dir
+        self.registry = Registry(work_dir / "registry.sqlite" if work_dir else None)
+        self._recover()
 
     def _new_id(self, kind: str) -> str:
         return f"{self.master_id}-{kind}{next(self._ids):04d}"
 
     def request_allocation(self) -> None:
         self.allocation_wanted.set()
+
+    # Recovery --------------------------------------------------------------
+
+    def _recover(self) -> None:
+        """Rebuild from the registry after a restart.
+
+        Frameworks come back disconnected, each with its failover timeout
+        running from now; agents are expected to re-register with the tasks they
+        still run within `agent_reregister_timeout`. Offers and allocations are
+        not restored: they follow from what agents report.
+        """
+        now = self._clock()
+        for entry in self.registry.frameworks():
+            info = FrameworkInfo(entry.name, entry.role, entry.failover_timeout, entry.framework_id)
+            framework = Framework(
+                entry.framework_id,
+                info,
+                outbox=None,
+                registered_at=entry.registered_at,
+                disconnected_at=now,
+            )
+            self.frameworks[entry.framework_id] = framework
+            self.allocator.add_framework(entry.framework_id, entry.role, connected=False)
+            self._start_failover_timer(framework, entry.failover_timeout)
+        for agent in self.registry.agents():
+            if agent.removed:
+                self.removed_agents.add(agent.agent_id)
+            else:
+                self.recovering_agents[agent.agent_id] = []
+        for task in self.registry.tasks():
+            self.recovering_agents.setdefault(task.agent_id, []).append(task)
+        if self.frameworks or self.recovering_agents:
+            log.info(
+                "recovered from the registry",
+                frameworks=len(self.frameworks),
+                agents=len(self.recovering_agents),
+                removed_agents=len(self.removed_agents),
+            )
+        if self.recovering_agents:
+            self._recovery_timer = self._loop.call_later(
+                self.config.agent_reregister_timeout, self._recovery_expired
+            )
+
+    def _recovery_expired(self) -> None:
+        """Agents that did not come back are removed; their tasks are lost."""
+        for agent_id, tasks in list(self.recovering_agents.items()):
+            del self.recovering_agents[agent_id]
+            self.registry.remove_agent(agent_id, time.time())
+            self.removed_agents.add(agent_id)
+            for entry in tasks:
+                self._notify(
+                    entry.framework_id,
+                    TaskStatus(
+                        entry.task.task_id,
+                        entry.framework_id,
+                        agent_id,
+                        TaskState.LOST,
+                        f"agent {agent_id} did not re-register after the master restarted",
+                        timestamp=time.time(),
+                        source=StatusSource.MASTER,
+                    ),
+                )
+            log.warning("agent did not re-register; removed", agent_id=agent_id, tasks=len(tasks))
+
+    def _notify(self, framework_id: str, status: TaskStatus) -> None:
+        """Send a master-made update now, or when the framework is back."""
+        framework = self.frameworks.get(framework_id)
+        if framework is None:
+            return
+        if framework.outbox is not None:
+            framework.outbox.send(msg.Update(status))
+        else:
+            framework.undelivered.append(status)
 
     # Roles -----------------------------------------------------------------
 
@@ -240,6 +323,11 @@ class Master:
             return self._resubscribe(info, outbox)
         framework_id = self._new_id("F")
         framework = Framework(framework_id, info, outbox, registered_at=time.time())
+        self.registry.add_framework(
+            FrameworkEntry(
+                framework_id, info.name, role, info.failover_timeout, framework.registered_at
+            )
+        )
         self.frameworks[framework_id] = framework
         if self.allocator.add_framework(framework_id, role):
             log.info("role created on first use", role=role, weight=1.0)
@@ -254,12 +342,7 @@ class Master:
             raise RegistrationRefused(
                 "NOT_FOUND", f"framework {info.framework_id} is not known to this master"
             )
-        if framework.recovered and framework.info.role != info.role:
-            # The role was only guessed from the agents' reports.
-            self.allocator.remove_framework(framework.framework_id)
-            self.allocator.add_framework(framework.framework_id, info.role, connected=False)
-            self._regrant(framework)
-        elif framework.info.role != info.role:
+        if framework.info.role != info.role:
             raise RegistrationRefused(
                 "INVALID_ARGUMENT",
                 f"framework {info.framework_id} has role {framework.info.role!r}; "
@@ -271,10 +354,19 @@ class Master:
         if framework.failover_timer is not None:
             framework.failover_timer.cancel()
             framework.failover_timer = None
+        if framework.info != info:
+            self.registry.add_framework(
+                FrameworkEntry(
+                    framework.framework_id,
+                    info.name,
+                    info.role,
+                    info.failover_timeout,
+                    framework.registered_at,
+                )
+            )
         framework.info = info
         framework.outbox = outbox
         framework.disconnected_at = None
-        framework.recovered = False
         framework.suppressed = False
         self.allocator.revive(framework.framework_id)
         self.allocator.connect_framework(framework.framework_id)
@@ -282,15 +374,11 @@ class Master:
         outbox.send(
             msg.Subscribed(framework.framework_id, self.config.framework_heartbeat_interval)
         )
+        for status in framework.undelivered:
+            outbox.send(msg.Update(status))
+        framework.undelivered.clear()
         self.request_allocation()
         return framework.framework_id
-
-    def _regrant(self, framework: Framework) -> None:
-        by_agent: dict[str, Resources] = {}
-        for task in framework.tasks.values():
-            by_agent[task.agent_id] = by_agent.get(task.agent_id, EMPTY) + task.spec.resources
-        for agent_id, resources in by_agent.items():
-            self.allocator.grant(framework.framework_id, agent_id, resources)
 
     def disconnect_framework(self, framework_id: str, outbox: Outbox[Any]) -> None:
         framework = self.frameworks.get(framework_id)
@@ -341,6 +429,7 @@ class Master:
         if framework.outbox is not None:
             framework.outbox.close("framework torn down")
         self.allocator.remove_framework(framework_id)
+        self.registry.remove_framework(framework_id)
         del self.frameworks[framework_id]
         log.info("framework removed", framework_id=framework_id, tasks=len(framework.tasks))
         self.request_allocation()
@@ -371,10 +460,13 @@ class Master:
         if agent.outbox is None:
             raise CallRejected(f"agent {agent_id} is disconnected")
 
+        placed = [_with_agent(spec, agent_id) for spec in tasks]
+        # Recorded before any launch goes out: after a restart, a task the
+        # registry knows but no agent reports is reported lost, never forgotten.
+        self.registry.add_tasks(framework_id, agent_id, placed)
         for o in offers:
             self._drop_offer(o)
-        for spec in tasks:
-            spec = _with_agent(spec, agent_id)
+        for spec in placed:
             task = Task(spec, framework_id, agent_id)
             framework.tasks[spec.task_id] = task
             agent.tasks[(framework_id, spec.task_id)] = task
@@ -648,29 +740,20 @@ class Master:
         now = self._clock()
         if agent_id in self.agents:
             self._reregister_known(self.agents[agent_id], address, running, outbox, now)
+        elif agent_id in self.recovering_agents:
+            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
+            self._reregister_recovered(self.agents[agent_id], running)
+        elif agent_id:
+            raise RegistrationRefused(
+                "FAILED_PRECONDITION",
+                f"agent {agent_id} is not known to this master; register as a new agent",
+            )
+        elif running:
+            raise RegistrationRefused("INVALID_ARGUMENT", "a new agent cannot have tasks")
         else:
-            agent_id = agent_id or self._new_id("S")
-            self.agents[agent_id] = Agent(
-                agent_id,
-                hostname,
-                address,
-                total,
-                attributes,
-                outbox,
-                last_seen=now,
-                registered_at=time.time(),
-            )
-            self.allocator.add_agent(agent_id, total)
-            self._cluster_changed()
-            for rt in running:
-                self._adopt_task(self.agents[agent_id], rt)
-            log.info(
-                "agent registered",
-                agent_id=agent_id,
-                hostname=hostname,
-                resources=str(total),
-                tasks=len(running),
-            )
+            agent_id = self._new_id("S")
+            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
+            log.info("agent registered", agent_id=agent_id, hostname=hostname, resources=str(total))
         outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
         self.request_allocation()
         return agent_id
@@ -698,37 +781,80 @@ class Master:
         self.allocator.activate_agent(agent.agent_id)
         log.info("agent re-registered", agent_id=agent.agent_id, tasks=len(running))
 
+    def _add_agent(
+        self,
+        agent_id: str,
+        hostname: str,
+        address: str,
+        total: Resources,
+        attributes: dict[str, str],
+        outbox: Outbox[msg.AgentMessage],
+        now: float,
+    ) -> None:
+        self.registry.admit_agent(agent_id, hostname, total, time.time())
+        self.agents[agent_id] = Agent(
+            agent_id,
+            hostname,
+            address,
+            total,
+            attributes,
+            outbox,
+            last_seen=now,
+            registered_at=time.time(),
+        )
+        self.allocator.add_agent(agent_id, total)
+        self._cluster_changed()
+
+    def _reregister_recovered(self, agent: Agent, running: Sequence[RunningTask]) -> None:
+        """An agent the registry knows comes back after a master restart."""
+        expected = self.recovering_agents.pop(agent.agent_id)
+        if not self.recovering_agents and self._recovery_timer is not None:
+            self._recovery_timer.cancel()
+        for rt in running:
+            self._adopt_task(agent, rt)
+        reported = {(rt.framework_id, rt.task.task_id) for rt in running}
+        lost = [e for e in expected if (e.framework_id, e.task.task_id) not in reported]
+        for entry in lost:
+            self.registry.remove_task(entry.framework_id, entry.task.task_id)
+            self._notify(
+                entry.framework_id,
+                TaskStatus(
+                    entry.task.task_id,
+                    entry.framework_id,
+                    agent.agent_id,
+                    TaskState.LOST,
+                    "the agent no longer runs this task",
+                    timestamp=time.time(),
+                    source=StatusSource.MASTER,
+                ),
+            )
+        log.info(
+            "agent re-registered after master restart",
+            agent_id=agent.agent_id,
+            tasks=len(running),
+            lost=len(lost),
+        )
+
     def _adopt_task(self, agent: Agent, rt: RunningTask) -> None:
-        """Take in a task an agent reports that this master does not know."""
+        """Take in a task an agent reports that this master does not know yet."""
         framework = self.frameworks.get(rt.framework_id)
         if framework is None:
-            info = FrameworkInfo(
-                name="(recovered)",
-                role=DEFAULT_ROLE,
-                failover_timeout=self.config.framework_recovery_timeout,
-                framework_id=rt.framework_id,
-            )
-            framework = Framework(
-                rt.framework_id,
-                info,
-                outbox=None,
-                registered_at=time.time(),
-                disconnected_at=self._clock(),
-                recovered=True,
-            )
-            self.frameworks[rt.framework_id] = framework
-            self.allocator.add_framework(rt.framework_id, DEFAULT_ROLE, connected=False)
-            self._start_failover_timer(framework, info.failover_timeout)
-            log.info(
-                "framework recovered from an agent's report",
-                framework_id=rt.framework_id,
+            # Not in the registry: nobody will ever manage this task.
+            if agent.outbox is not None:
+                agent.outbox.send(msg.KillTask(rt.framework_id, rt.task.task_id))
+            log.warning(
+                "killing task of a framework this master does not know",
                 agent_id=agent.agent_id,
+                framework_id=rt.framework_id,
+                task_id=rt.task.task_id,
             )
+            return
         spec = _with_agent(rt.task, agent.agent_id)
         task = Task(spec, rt.framework_id, agent.agent_id, rt.state)
         framework.tasks[spec.task_id] = task
         agent.tasks[(rt.framework_id, spec.task_id)] = task
         self.allocator.grant(rt.framework_id, agent.agent_id, spec.resources)
+        self.registry.add_tasks(rt.framework_id, agent.agent_id, [spec])
         log.info(
             "task adopted from agent",
             agent_id=agent.agent_id,
@@ -768,6 +894,7 @@ class Master:
         self._cluster_changed()
         del self.agents[agent_id]
         self.removed_agents.add(agent_id)
+        self.registry.remove_agent(agent_id, time.time())
         if agent.outbox is not None:
             agent.outbox.close(reason)
         for framework in self.frameworks.values():
@@ -844,13 +971,12 @@ class Master:
             reason=reason,
         )
         self._finish(task, state)
-        framework = self.frameworks.get(task.framework_id)
-        if framework is not None and framework.outbox is not None:
-            framework.outbox.send(msg.Update(status))
+        self._notify(task.framework_id, status)
 
     def _finish(self, task: Task, state: TaskState) -> None:
         """Move a task to its terminal state and give its resources back."""
         task.state = state
+        self.registry.remove_task(task.framework_id, task.spec.task_id)
         framework = self.frameworks[task.framework_id]
         framework.tasks.pop(task.spec.task_id, None)
         framework.completed.append(task)
@@ -871,6 +997,8 @@ class Master:
 
     def shutdown(self) -> None:
         """Cancel timers and close every stream (the master process is stopping)."""
+        if self._recovery_timer is not None:
+            self._recovery_timer.cancel()
         for o in self.offers.values():
             if o.expiry_timer is not None:
                 o.expiry_timer.cancel()

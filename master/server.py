@@ -105,6 +105,8 @@ class MasterServer:
             await self._grpc.stop(grace)
         if self._http is not None:
             await self._http.cleanup()
+        if self.master is not None:
+            self.master.registry.close()  # last: stream handlers may still have written
         self._closed.set()
         log.info("master stopped")
 

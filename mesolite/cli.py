@@ -94,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="role weights, e.g. eng=2,ops=1",
     )
     m.add_argument(
+        "--agent-reregister-timeout",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="after a restart, agents not back within this are removed and their tasks lost",
+    )
+    m.add_argument(
         "--roles",
         type=Path,
         default=None,
@@ -175,6 +182,8 @@ async def _run_master(args: argparse.Namespace) -> int:
         weights=args.weights,
         roles_file=args.roles,
         policy=args.policy,
+        work_dir=args.work_dir,
+        agent_reregister_timeout=args.agent_reregister_timeout,
     )
     server = MasterServer(config, args.host, args.port, args.http_port)
     try:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -67,6 +68,8 @@ class AgentProcess:
 class LocalCluster:
     def __init__(self, work_dir: Path, config: MasterConfig = FAST) -> None:
         self.work_dir = work_dir
+        if config.work_dir is None:  # the registry lives here, across master restarts
+            config = replace(config, work_dir=work_dir / "master")
         self.config = config
         self.server = MasterServer(config, host="127.0.0.1", port=0, http_port=0)
         self.agents: list[Agent] = []
@@ -119,25 +122,8 @@ class LocalCluster:
         """Start `mesolite agent` as a subprocess and wait until the master lists it."""
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
         work_dir = self.work_dir / name
-        work_dir.mkdir(parents=True, exist_ok=True)
         before = set(self.master.agents)
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "mesolite.cli",
-            "agent",
-            "--master",
-            self.address,
-            "--resources",
-            resources,
-            "--work-dir",
-            str(work_dir),
-            "--hostname",
-            name,
-            stdout=(work_dir / "agent.log").open("ab"),
-            stderr=asyncio.subprocess.STDOUT,
-        )
-        proc = AgentProcess(process, work_dir)
+        proc = await spawn_agent_process(self.address, work_dir, resources, name)
         self.agent_processes.append(proc)
         await wait_for_condition(
             lambda: set(self.master.agents) - before != set(), what=f"agent {name} to register"
@@ -154,3 +140,99 @@ class LocalCluster:
 
 def fast(**changes: Any) -> MasterConfig:
     return replace(FAST, **changes)
+
+
+def free_port() -> int:
+    """A port that was free a moment ago: for a master that must come back on the same port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class MasterProcess:
+    """`mesolite master` in its own process, so a test can SIGKILL and restart it."""
+
+    def __init__(self, work_dir: Path, *flags: str) -> None:
+        self.work_dir = work_dir
+        self.flags = flags
+        self.port = free_port()
+        self.http_port = free_port()
+        self.process: asyncio.subprocess.Process | None = None
+        self.starts = 0
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def http_address(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    async def start(self) -> None:
+        self.starts += 1
+        log = (self.work_dir / f"master-{self.starts}.log").open("wb")
+        self.process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "mesolite.cli",
+            "master",
+            "--port",
+            str(self.port),
+            "--http-port",
+            str(self.http_port),
+            "--work-dir",
+            str(self.work_dir / "master"),
+            *self.flags,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+        )
+        assert self.process.stdout is not None
+        line = await asyncio.wait_for(self.process.stdout.readline(), 30)
+        if b"listening on" not in line:
+            raise AssertionError(f"master did not start: {line!r}")
+
+    async def kill(self) -> None:
+        """SIGKILL: no goodbye, no flush."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+
+    async def stop(self) -> None:
+        if self.process is not None and self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 10)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+    async def state(self, session: aiohttp.ClientSession) -> dict[str, Any]:
+        async with session.get(f"http://{self.http_address}/state") as response:
+            response.raise_for_status()
+            data: dict[str, Any] = await response.json()
+            return data
+
+
+async def spawn_agent_process(
+    master: str, work_dir: Path, resources: str, name: str
+) -> AgentProcess:
+    """`mesolite agent` as a subprocess (it registers on its own; callers wait for it)."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mesolite.cli",
+        "agent",
+        "--master",
+        master,
+        "--resources",
+        resources,
+        "--work-dir",
+        str(work_dir),
+        "--hostname",
+        name,
+        stdout=(work_dir / "agent.log").open("ab"),
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    return AgentProcess(process, work_dir)

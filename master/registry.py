@@ -1,0 +1,179 @@
+"""The master's registry: what it must not forget across a restart, in SQLite.
+
+Embedded, nothing to install: one file, `<work_dir>/registry.sqlite`. It
+holds frameworks (id, name, role, failover timeout), agents (admitted or
+removed) and the tasks placed on them (so that tasks of an agent that never
+comes back can be reported lost). Offers, filters and allocations are not kept:
+they are rebuilt from what agents and frameworks report when they return.
+
+Each change is committed before the master acknowledges it (SUBSCRIBED,
+REGISTERED, a launch). The database runs in WAL mode with synchronous=NORMAL:
+a commit survives the master process being killed (SIGKILL), which is the
+failure this protects against; it does not claim to survive the machine
+losing power. A commit costs tens of microseconds, so the master does them
+inline, on rare events only (subscriptions, registrations, launches, task
+ends), never per offer.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+
+from mesolite.model import TaskSpec
+from mesolite.resources import Resources
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS frameworks (
+    framework_id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    role TEXT NOT NULL,
+    failover_timeout REAL NOT NULL,
+    registered_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agents (
+    agent_id TEXT PRIMARY KEY,
+    hostname TEXT NOT NULL,
+    total TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('admitted', 'removed')),
+    changed_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    framework_id TEXT NOT NULL,
+    task_id TEXT NOT NULL,
+    agent_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    command TEXT NOT NULL,
+    resources TEXT NOT NULL,
+    PRIMARY KEY (framework_id, task_id)
+);
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkEntry:
+    framework_id: str
+    name: str
+    role: str
+    failover_timeout: float
+    registered_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class AgentEntry:
+    agent_id: str
+    hostname: str
+    total: Resources
+    removed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEntry:
+    framework_id: str
+    agent_id: str
+    task: TaskSpec
+
+
+class Registry:
+    def __init__(self, path: Path | None) -> None:
+        """Open (or create) the registry at `path`; None keeps it in memory, for tests."""
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        # Autocommit: each statement outside an explicit BEGIN is its own commit.
+        self._db = sqlite3.connect(path or ":memory:", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    # Frameworks ------------------------------------------------------------
+
+    def add_framework(self, entry: FrameworkEntry) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO frameworks VALUES (?, ?, ?, ?, ?)",
+            (
+                entry.framework_id,
+                entry.name,
+                entry.role,
+                entry.failover_timeout,
+                entry.registered_at,
+            ),
+        )
+
+    def remove_framework(self, framework_id: str) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM frameworks WHERE framework_id = ?", (framework_id,))
+            self._db.execute("DELETE FROM tasks WHERE framework_id = ?", (framework_id,))
+
+    def frameworks(self) -> list[FrameworkEntry]:
+        rows = self._db.execute("SELECT * FROM frameworks ORDER BY registered_at").fetchall()
+        return [FrameworkEntry(*row) for row in rows]
+
+    # Agents ----------------------------------------------------------------
+
+    def admit_agent(self, agent_id: str, hostname: str, total: Resources, now: float) -> None:
+        self._db.execute(
+            "INSERT OR REPLACE INTO agents VALUES (?, ?, ?, 'admitted', ?)",
+            (agent_id, hostname, json.dumps(total.to_dict()), now),
+        )
+
+    def remove_agent(self, agent_id: str, now: float) -> None:
+        """Mark the agent removed for good and forget its tasks."""
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.execute(
+                "UPDATE agents SET state = 'removed', changed_at = ? WHERE agent_id = ?",
+                (now, agent_id),
+            )
+            self._db.execute("DELETE FROM tasks WHERE agent_id = ?", (agent_id,))
+
+    def agents(self) -> list[AgentEntry]:
+        rows = self._db.execute("SELECT agent_id, hostname, total, state FROM agents").fetchall()
+        return [
+            AgentEntry(agent_id, hostname, Resources(json.loads(total)), state == "removed")
+            for agent_id, hostname, total, state in rows
+        ]
+
+    # Tasks -----------------------------------------------------------------
+
+    def add_tasks(self, framework_id: str, agent_id: str, tasks: list[TaskSpec]) -> None:
+        with self._db:
+            self._db.execute("BEGIN")
+            self._db.executemany(
+                "INSERT OR REPLACE INTO tasks VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        framework_id,
+                        t.task_id,
+                        agent_id,
+                        t.name,
+                        t.command,
+                        json.dumps(t.resources.to_dict()),
+                    )
+                    for t in tasks
+                ],
+            )
+
+    def remove_task(self, framework_id: str, task_id: str) -> None:
+        self._db.execute(
+            "DELETE FROM tasks WHERE framework_id = ? AND task_id = ?", (framework_id, task_id)
+        )
+
+    def tasks(self) -> list[TaskEntry]:
+        rows = self._db.execute(
+            "SELECT framework_id, task_id, agent_id, name, command, resources FROM tasks"
+        ).fetchall()
+        return [
+            TaskEntry(
+                framework_id,
+                agent_id,
+                TaskSpec(task_id, command, Resources(json.loads(resources)), name, agent_id),
+            )
+            for framework_id, task_id, agent_id, name, command, resources in rows
+        ]
