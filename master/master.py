@@ -14,6 +14,7 @@ offers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import re
 import time
@@ -22,10 +23,11 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
+from master import invariants
 from master import messages as msg
 from master.allocator import Allocator, RoleSettings
 from master.fair_share import ShareInput, compute_fair_shares
@@ -49,6 +51,22 @@ from mesolite.resources import EMPTY, Resources
 log = structlog.get_logger(__name__)
 
 _ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
+
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def _checked(method: _Method) -> _Method:
+    """After the method returns, verify the invariants if the master is in test mode."""
+
+    @functools.wraps(method)
+    def wrapper(self: Master, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        if self.config.check_invariants:
+            self.verify(method.__name__)
+        return result
+
+    return wrapper  # type: ignore[return-value]
 
 
 class CallRejected(Exception):
@@ -75,6 +93,8 @@ class MasterConfig:
     agent_reregister_timeout: float = 60.0
     completed_tasks_kept: int = 1000
     weights: dict[str, float] = field(default_factory=dict)
+    # Check the bookkeeping after every step (tests): see master/invariants.py.
+    check_invariants: bool = False
     roles_file: Path | None = None
     work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
@@ -159,6 +179,7 @@ class Master:
         self.offers: dict[str, OutstandingOffer] = {}
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
+        self.invariant_violations: list[str] = []
         # Agents the registry lists that have not re-registered since the restart.
         self.recovering_agents: dict[str, list[TaskEntry]] = {}
         self._recovery_timer: asyncio.TimerHandle | None = None
@@ -173,6 +194,14 @@ class Master:
 
     def request_allocation(self) -> None:
         self.allocation_wanted.set()
+
+    def verify(self, step: str) -> list[str]:
+        """Check the invariants now; violations are logged and kept."""
+        problems = invariants.check(self)
+        if problems:
+            self.invariant_violations.extend(f"after {step}: {p}" for p in problems)
+            log.error("invariant violated", step=step, problems=problems)
+        return problems
 
     # Recovery --------------------------------------------------------------
 
@@ -216,6 +245,7 @@ class Master:
                 self.config.agent_reregister_timeout, self._recovery_expired
             )
 
+    @_checked
     def _recovery_expired(self) -> None:
         """Agents that did not come back are removed; their tasks are lost."""
         for agent_id, tasks in list(self.recovering_agents.items()):
@@ -263,6 +293,7 @@ class Master:
         self.allocator.configure_roles(settings)
         self._steady_shares = None
 
+    @_checked
     def reload_roles(self) -> bool:
         """Read the roles file again (on SIGHUP); an invalid file changes nothing."""
         if self.config.roles_file is None:
@@ -307,6 +338,7 @@ class Master:
 
     # Frameworks ------------------------------------------------------------
 
+    @_checked
     def subscribe(self, info: FrameworkInfo, outbox: Outbox[msg.FrameworkMessage]) -> str:
         role = info.role or DEFAULT_ROLE
         if not info.name:
@@ -380,6 +412,7 @@ class Master:
         self.request_allocation()
         return framework.framework_id
 
+    @_checked
     def disconnect_framework(self, framework_id: str, outbox: Outbox[Any]) -> None:
         framework = self.frameworks.get(framework_id)
         if framework is None or framework.outbox is not outbox:
@@ -398,12 +431,14 @@ class Master:
             timeout, self._failover_expired, framework_id
         )
 
+    @_checked
     def _failover_expired(self, framework_id: str) -> None:
         framework = self.frameworks.get(framework_id)
         if framework is not None and not framework.connected:
             log.info("framework failover timeout expired", framework_id=framework_id)
             self._remove_framework(framework)
 
+    @_checked
     def teardown(self, framework_id: str) -> None:
         framework = self._framework(framework_id)
         log.info("framework teardown requested", framework_id=framework_id)
@@ -436,6 +471,7 @@ class Master:
 
     # Framework calls -------------------------------------------------------
 
+    @_checked
     def accept(
         self,
         framework_id: str,
@@ -514,6 +550,7 @@ class Master:
             wanted = wanted + spec.resources
         return wanted
 
+    @_checked
     def decline(
         self, framework_id: str, offer_ids: Sequence[str], refuse_seconds: float | None
     ) -> None:
@@ -586,6 +623,7 @@ class Master:
                 framework.outbox.send(msg.Update(self._latest_status(task)))
         log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
 
+    @_checked
     def revive(self, framework_id: str) -> None:
         framework = self._framework(framework_id)
         framework.suppressed = False
@@ -593,6 +631,7 @@ class Master:
         log.info("offers revived", framework_id=framework_id)
         self.request_allocation()
 
+    @_checked
     def suppress(self, framework_id: str) -> None:
         framework = self._framework(framework_id)
         framework.suppressed = True
@@ -637,6 +676,7 @@ class Master:
 
     # Offers ----------------------------------------------------------------
 
+    @_checked
     def allocate(self) -> int:
         """Run one allocation cycle and send the resulting offers; returns their count."""
         decisions = self.allocator.allocate()
@@ -673,6 +713,7 @@ class Master:
             outbox.send(msg.Offers(offers))
         return len(decisions)
 
+    @_checked
     def _offer_expired(self, offer_id: str) -> None:
         o = self.offers.get(offer_id)
         if o is not None:
@@ -713,6 +754,7 @@ class Master:
 
     # Agents ----------------------------------------------------------------
 
+    @_checked
     def register_agent(
         self,
         agent_id: str,
@@ -868,6 +910,7 @@ class Master:
         if agent is not None:
             agent.last_seen = self._clock()
 
+    @_checked
     def disconnect_agent(self, agent_id: str, outbox: Outbox[Any]) -> None:
         agent = self.agents.get(agent_id)
         if agent is None or agent.outbox is not outbox:
@@ -877,6 +920,7 @@ class Master:
         self._rescind_agent_offers(agent_id)
         log.info("agent disconnected", agent_id=agent_id)
 
+    @_checked
     def check_agent_health(self) -> list[str]:
         """Remove agents silent for longer than the agent timeout; returns their ids."""
         deadline = self._clock() - self.config.agent_timeout
@@ -885,6 +929,7 @@ class Master:
             self.remove_agent(agent.agent_id, "the agent stopped sending heartbeats")
         return [a.agent_id for a in silent]
 
+    @_checked
     def remove_agent(self, agent_id: str, reason: str) -> None:
         agent = self.agents[agent_id]
         self._rescind_agent_offers(agent_id)
@@ -905,6 +950,7 @@ class Master:
 
     # Status updates --------------------------------------------------------
 
+    @_checked
     def status_update(self, agent_id: str, status: TaskStatus) -> None:
         agent = self.agents.get(agent_id)
         if agent is None:

@@ -101,6 +101,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="after a restart, agents not back within this are removed and their tasks lost",
     )
     m.add_argument(
+        "--check-invariants",
+        action="store_true",
+        help="verify the bookkeeping after every step (slow; for tests)",
+    )
+    m.add_argument(
         "--roles",
         type=Path,
         default=None,
@@ -183,6 +188,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         roles_file=args.roles,
         policy=args.policy,
         work_dir=args.work_dir,
+        check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
     )
     server = MasterServer(config, args.host, args.port, args.http_port)

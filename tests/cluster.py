@@ -33,6 +33,7 @@ FAST = MasterConfig(
     agent_heartbeat_interval=0.2,
     agent_timeout=2.0,
     framework_heartbeat_interval=1.0,
+    check_invariants=True,
 )
 
 
@@ -99,7 +100,10 @@ class LocalCluster:
             await proc.cleanup()
         if self._http is not None:
             await self._http.close()
+        violations = self.server.master.invariant_violations if self.server.master else []
         await self.server.stop(grace=0.5)
+        if e is None:
+            assert violations == [], violations
 
     async def add_agent(self, resources: str, name: str | None = None) -> Agent:
         """Start an agent in this process and wait until the master has registered it."""
@@ -183,6 +187,7 @@ class MasterProcess:
             str(self.http_port),
             "--work-dir",
             str(self.work_dir / "master"),
+            "--check-invariants",
             *self.flags,
             stdout=asyncio.subprocess.PIPE,
             stderr=log,
@@ -191,6 +196,15 @@ class MasterProcess:
         line = await asyncio.wait_for(self.process.stdout.readline(), 30)
         if b"listening on" not in line:
             raise AssertionError(f"master did not start: {line!r}")
+
+    def violations(self) -> list[str]:
+        """Invariant violations any run of this master logged."""
+        return [
+            line
+            for log in sorted(self.work_dir.glob("master-*.log"))
+            for line in log.read_text().splitlines()
+            if "invariant violated" in line
+        ]
 
     async def kill(self) -> None:
         """SIGKILL: no goodbye, no flush."""

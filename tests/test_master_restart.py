@@ -107,3 +107,4 @@ async def test_master_sigkill_and_restart(tmp_path: Path) -> None:
         stranger = RecordingFramework("stranger", framework_id="no-such-framework")
         with pytest.raises(FrameworkRejected, match="not known"):
             await stranger.run(master.address)
+        assert master.violations() == []
