@@ -11,9 +11,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import os
 import types
 import uuid
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, cast
 
 import grpc
@@ -68,10 +70,18 @@ class Framework:
         role: str = DEFAULT_ROLE,
         failover_timeout: float = 0.0,
         framework_id: str | None = None,
+        id_file: str | os.PathLike[str] | None = None,
     ) -> None:
+        """`id_file`, when given, keeps the framework id across restarts of this
+        process: read at start (unless `framework_id` is given), written when the
+        master assigns an id, removed on `teardown()`. A restarted process then
+        fails over to its old self, tasks included, within `failover_timeout`."""
         self.name = name
         self.role = role
         self.failover_timeout = failover_timeout
+        self._id_file = Path(id_file) if id_file is not None else None
+        if framework_id is None and self._id_file is not None and self._id_file.exists():
+            framework_id = self._id_file.read_text().strip() or None
         # Set by SUBSCRIBED. A new process passing the same id fails the framework over.
         self.framework_id = framework_id
         self._stream: Stream | None = None  # set only while subscribed
@@ -220,6 +230,8 @@ class Framework:
         `run()` returns."""
         call_id = await self._send(Call(teardown=Call.Teardown()))
         self._log.info("tearing down", call_id=call_id)
+        if self._id_file is not None:
+            self._id_file.unlink(missing_ok=True)
         await self.stop()
         return call_id
 
@@ -327,6 +339,8 @@ class Framework:
                 framework_id=msg.framework_id,
             )
         self.framework_id = msg.framework_id
+        if self._id_file is not None:
+            _write_atomically(self._id_file, msg.framework_id)
         self._heartbeat_interval = msg.heartbeat_interval_seconds
         self._stream = stream
         self._log = _log.bind(framework=self.name, framework_id=msg.framework_id)
@@ -407,3 +421,13 @@ def _filters(refuse_seconds: float | None) -> scheduler_pb2.Filters:
     if refuse_seconds is None:
         return scheduler_pb2.Filters()
     return scheduler_pb2.Filters(refuse_seconds=refuse_seconds)
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    with temporary.open("w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(temporary, path)

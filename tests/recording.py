@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from framework_sdk import Framework, Offer, TaskState, TaskStatus
 from tests.waiting import wait_for_condition
@@ -21,8 +22,9 @@ class RecordingFramework(Framework):
         role: str = "*",
         failover_timeout: float = 0.0,
         framework_id: str | None = None,
+        id_file: Path | None = None,
     ) -> None:
-        super().__init__(name, role, failover_timeout, framework_id)
+        super().__init__(name, role, failover_timeout, framework_id, id_file)
         self.offers: list[tuple[float, Offer]] = []  # (monotonic time, offer)
         self.updates: list[TaskStatus] = []
         self.errors: list[tuple[str, str]] = []

@@ -6,37 +6,7 @@ import pytest
 
 from master.allocator import Allocation, Allocator
 from mesolite.resources import Resources
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def run_one_task_per_offer(
-    allocator: Allocator, demands: dict[str, Resources], max_cycles: int = 1000
-) -> dict[str, int]:
-    """Act like frameworks that launch one task per offer and return the rest.
-
-    An offer that fits no task is declined with a long filter. Returns the
-    number of tasks each framework got when the allocator has nothing more to offer.
-    """
-    running = dict.fromkeys(demands, 0)
-    for _ in range(max_cycles):
-        decisions = allocator.allocate()
-        if not decisions:
-            return running
-        for d in decisions:
-            need = demands[d.framework_id]
-            if d.resources.contains(need):
-                running[d.framework_id] += 1
-                allocator.recover(d.framework_id, d.agent_id, d.resources - need)
-            else:
-                allocator.recover(d.framework_id, d.agent_id, d.resources, refuse_seconds=1e6)
-    raise AssertionError("allocation did not settle")
+from tests.simulate import FakeClock, run_one_task_per_offer
 
 
 def test_drf_paper_example_settles_at_three_and_two_tasks() -> None:

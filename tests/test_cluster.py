@@ -138,7 +138,8 @@ async def test_agent_killed_its_tasks_are_lost_and_resources_leave(tmp_path: Pat
 async def test_failover_within_timeout_keeps_tasks(tmp_path: Path) -> None:
     async with LocalCluster(tmp_path) as cluster:
         await cluster.add_agent("cpus:2;mem:2048")
-        fw = RecordingFramework("durable", failover_timeout=60)
+        id_file = tmp_path / "durable.id"
+        fw = RecordingFramework("durable", failover_timeout=60, id_file=id_file)
         async with running(fw, cluster.address):
             offer = await fw.next_offer()
             await fw.launch(offer, [TaskSpec("keep", "sleep 60", Resources(cpus=1, mem=64))])
@@ -149,7 +150,10 @@ async def test_failover_within_timeout_keeps_tasks(tmp_path: Path) -> None:
         assert by_name(state, "durable")["connected"] is False
         assert by_name(state, "durable")["running_tasks"] == 1
 
-        again = RecordingFramework("durable", failover_timeout=60, framework_id=framework_id)
+        assert id_file.read_text() == framework_id
+        # A new process, the same id file: it fails over to the old framework.
+        again = RecordingFramework("durable", failover_timeout=60, id_file=id_file)
+        assert again.framework_id == framework_id
         async with running(again, cluster.address):
             assert again.framework_id == framework_id
             # The SDK reconciles after subscribing: the task is reported running.

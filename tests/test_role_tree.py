@@ -8,7 +8,7 @@ from master.allocator import Allocator, RoleSettings
 from master.policies import AssetPolicy, SlotsPolicy
 from master.role_tree import RoleTree
 from mesolite.resources import Resources
-from tests.test_allocator import FakeClock, run_one_task_per_offer
+from tests.simulate import FakeClock, run_one_task_per_offer
 
 CPU = Resources(cpus=1, mem=64)
 ONE_CPU_AGENT = Resources(cpus=1, mem=1024)
