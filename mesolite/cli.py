@@ -46,6 +46,13 @@ def _parse_resources(text: str) -> Resources:
     return resources
 
 
+def _parse_agent_resources(text: str) -> tuple[Resources, set[str]]:
+    """The resources given, and every name given (zero amounts included)."""
+    resources = _parse_resources(text)
+    named = {part.partition(":")[0].strip() for part in text.split(";") if part.strip()}
+    return resources, named
+
+
 def _parse_attributes(text: str) -> dict[str, str]:
     attributes: dict[str, str] = {}
     for part in filter(None, (p.strip() for p in text.split(";"))):
@@ -123,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--master", required=True, metavar="HOST:PORT")
     a.add_argument(
         "--resources",
-        type=_parse_resources,
+        type=_parse_agent_resources,
         default=None,
         metavar='"cpus:4;mem:14336"',
         help="default: this machine's CPUs and memory",
@@ -222,7 +229,12 @@ async def _run_agent(args: argparse.Namespace) -> int:
     from agent.resources import detect_resources
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
-    resources = detect_resources(args.work_dir, args.resources)
+    given: Resources
+    named: set[str]
+    given, named = args.resources or (Resources(), set())
+    detected = detect_resources(args.work_dir, given)
+    # Only what the flag did not name is detected: `disk:0` means no disk.
+    resources = Resources({n: a for n, a in detected.items() if n not in named or n in given})
     agent = Agent(
         args.master, resources, args.work_dir, hostname=args.hostname, attributes=args.attributes
     )
@@ -253,7 +265,7 @@ def _fetch_state(address: str) -> dict[str, Any]:
 
 
 def _fmt(resources: dict[str, float]) -> str:
-    return " ".join(f"{k}:{v:g}" for k, v in resources.items()) or "-"
+    return " ".join(f"{k}:{v:.10g}" for k, v in resources.items()) or "-"
 
 
 def _state(args: argparse.Namespace) -> int:

@@ -84,9 +84,13 @@ def main() -> int:
     )
     parser.add_argument("--repeat", type=int, default=3, help="cycles timed per cell (median)")
     parser.add_argument("--max-filters", type=int, default=2_000_000)
+    parser.add_argument("--only", metavar="AGENTSxFRAMEWORKS", help="one cell, e.g. 10000x1000")
     args = parser.parse_args()
     agent_counts = [1_000, 10_000] if args.quick else [1_000, 10_000, 20_000]
     framework_counts = [100, 1_000] if args.quick else [100, 1_000, 2_000]
+    if args.only:
+        agents_text, _, frameworks_text = args.only.partition("x")
+        agent_counts, framework_counts = [int(agents_text)], [int(frameworks_text)]
 
     print(f"python {sys.version.split()[0]}, one allocation cycle, median of {args.repeat}")
     print(
