@@ -12,11 +12,30 @@ What the master can rely on:
   it, and all pending updates are re-sent after every (re-)registration.
 * How the stream ended decides what happens next:
   - FAILED_PRECONDITION (this agent id was removed): the agent kills all its
-    tasks, drops their pending updates, forgets its id and registers as new.
+    tasks, drops their pending updates, forgets its id (deleting its
+    checkpoint) and registers as new.
   - INVALID_ARGUMENT before `registered`: the registration was refused; `run()`
     raises `AgentRegistrationError` (after killing any tasks).
   - anything else (UNAVAILABLE, a clean end, ...): the tasks keep running and
     the agent reconnects with jittered backoff, forever.
+
+The agent survives its own SIGKILL (Mesos' agent recovery, with checkpointing).
+Everything it needs is in its work dir:
+
+    agent.json               its agent id, written once the master gave it one
+    status_updates.jsonl     updates not yet acknowledged (`agent._journal`)
+    sandboxes/<framework_id>/<task_id>/{task.json,exit.json,stdout,stderr}
+                             one per task (`agent.tasks`)
+
+Each update is journaled (fsynced) before it is first sent. A tasks outlives
+the agent under its wrapper process, which records the command's exit status.
+On start, before registering, the agent reads its id back, replays the journal
+and recovers its tasks (re-attaching to those still running, reporting how the
+others ended), then registers under the old id with the tasks it runs plus
+those whose end the master may not have heard of, reported in their last live
+state: the journaled terminal update that follows, with its original update
+id, says how they ended. Started without an id, the agent kills whatever a
+previous agent left behind.
 """
 
 from __future__ import annotations
@@ -39,6 +58,8 @@ import structlog
 
 from agent import _wire as wire
 from agent._backoff import Backoff
+from agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
+from agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
 from agent._updates import StatusUpdates
 from agent.tasks import DEFAULT_KILL_GRACE_PERIOD, TaskRunner, TaskTransition
 from mesolite.grpc_utils import create_channel
@@ -106,11 +127,16 @@ class Agent:
         self._reconnect = reconnect_backoff
         self._registration_timeout = registration_timeout
         self._stop_timeout = stop_timeout
+        self._work_dir = Path(work_dir).absolute()
         self._runner = TaskRunner(
-            Path(work_dir), self._on_transition, kill_grace_period=kill_grace_period
+            self._work_dir, self._on_transition, kill_grace_period=kill_grace_period
         )
         self._updates = StatusUpdates(status_retry)
+        self._journal = UpdateJournal(self._work_dir / JOURNAL_FILE)
+        self._writer = JournalWriter(self._journal, self._on_durable)
+        self._run_of_update: dict[str, str] = {}  # update id -> task run, while pending
         self._agent_id: str | None = None
+        self._saved_agent_id: str | None = None
         self._updates_changed = asyncio.Event()
         self._acked = asyncio.Event()
         self._registered = asyncio.Event()
@@ -164,10 +190,16 @@ class Agent:
             raise RuntimeError("an Agent can run only once")
         self._started = True
         channel = create_channel(self._master)
+        writer = asyncio.create_task(self._writer.run(), name="mesolite-agent-journal")
         log.info(
-            "agent starting", master=self._master, hostname=self._hostname, total=str(self._total)
+            "agent starting",
+            master=self._master,
+            hostname=self._hostname,
+            total=str(self._total),
+            work_dir=str(self._work_dir),
         )
         try:
+            await self._recover()
             await self._serve(agent_pb2_grpc.AgentGatewayStub(channel))
         except Exception as e:
             self._error = e
@@ -175,6 +207,10 @@ class Agent:
         finally:
             self._registered.clear()
             await self._runner.shutdown()
+            # What the tasks' ends reported must be on disk for the next start.
+            await self._writer.flush()
+            writer.cancel()
+            await asyncio.gather(writer, return_exceptions=True)
             await channel.close()
             self._done.set()
             log.info("agent stopped", agent_id=self._agent_id)
@@ -200,6 +236,46 @@ class Agent:
             await asyncio.gather(self._run_task, return_exceptions=True)
         if exc is None and self._error is not None:
             raise self._error
+
+    # Recovery: what a previous agent process left in the work dir.
+
+    async def _recover(self) -> None:
+        await asyncio.to_thread(self._work_dir.mkdir, parents=True, exist_ok=True)
+        self._agent_id = self._saved_agent_id = await asyncio.to_thread(
+            load_agent_id, self._work_dir
+        )
+        try:
+            pending = await asyncio.to_thread(self._journal.load)
+        except OSError as e:
+            log.error("could not read the status update journal", error=str(e))
+            pending = []
+        ends: dict[tuple[str, str], TaskTransition] = {}
+        for update in pending:
+            status = update.status
+            self._updates.add(status)
+            self._run_of_update[status.update_id] = update.run_id
+            if status.state.is_terminal:
+                ends[(status.framework_id, status.task_id)] = TaskTransition(
+                    status.framework_id,
+                    status.task_id,
+                    status.state,
+                    status.message,
+                    status.exit_code,
+                    update.run_id,
+                )
+        await self._runner.recover(ends)
+        running, ended = self._runner.running_tasks(), self._runner.ended_tasks()
+        log.info(
+            "recovered from the work dir",
+            agent_id=self._agent_id,
+            tasks=len(running),
+            ended_unacknowledged=len(ended),
+            pending_updates=len(self._updates),
+        )
+        if self._agent_id is None and (running or ended or len(self._updates)):
+            # Their master knew them under an id we no longer have.
+            log.warning("no agent id checkpointed: killing what a previous agent left behind")
+            await self._forget_identity()
 
     # The connection loop.
 
@@ -244,9 +320,17 @@ class Agent:
 
     async def _forget_identity(self) -> None:
         await self._runner.shutdown()
-        # The master no longer knows these tasks: their updates could not be delivered.
+        # The master no longer knows these tasks: their updates could not be
+        # delivered. The reset waits for the updates just reported (KILLED).
+        self._runner.forget_ended()
+        await self._writer.reset()
         self._updates.clear()
-        self._agent_id = None
+        self._run_of_update.clear()
+        try:
+            await asyncio.to_thread(forget_agent_id, self._work_dir)
+        except OSError as e:
+            log.error("could not delete the agent id checkpoint", error=str(e))
+        self._agent_id = self._saved_agent_id = None
 
     async def _close(self, session: asyncio.Task[_StreamEnd]) -> None:
         """Stop requested while connected: let the master hear how the tasks ended."""
@@ -258,8 +342,8 @@ class Agent:
                 {flushed, session}, timeout=self._stop_timeout, return_when=asyncio.FIRST_COMPLETED
             )
             flushed.cancel()
-            if len(self._updates):
-                log.warning("stopping with unacknowledged updates", count=len(self._updates))
+            if self._pending_updates():
+                log.warning("stopping with unacknowledged updates", count=self._pending_updates())
             if self._outbox is not None and not session.done():
                 # Half-close, so the master sees the agent leave, not a broken stream.
                 with contextlib.suppress(asyncio.QueueFull):
@@ -271,9 +355,12 @@ class Agent:
     async def _wait_flushed(self) -> None:
         while True:
             self._acked.clear()
-            if not len(self._updates):
+            if not self._pending_updates():
                 return
             await self._acked.wait()
+
+    def _pending_updates(self) -> int:
+        return len(self._updates) + self._writer.backlog
 
     # One stream.
 
@@ -284,7 +371,7 @@ class Agent:
         helpers = [asyncio.create_task(_write_loop(call, outbox))]
         registered = False
         try:
-            tasks = self._runner.running_tasks()
+            tasks = self._registration_tasks()
             log.info("registering", agent_id=self._agent_id, master=self._master, tasks=len(tasks))
             await outbox.put(
                 wire.register_call(
@@ -326,6 +413,30 @@ class Agent:
             await asyncio.gather(*helpers, return_exceptions=True)
             call.cancel()
 
+    def _registration_tasks(self) -> list[RunningTask]:
+        """The running tasks, then those whose end is not acknowledged yet.
+
+        An ended task is reported so that the master, which may not have heard
+        of its end, does not mark it LOST; the terminal update follows. If the
+        master has heard of it, and has since given its resources to another
+        task, reporting it would claim more than the agent has: such a task is
+        left out, which is safe because the master then already knows it ended.
+        """
+        tasks = self._runner.running_tasks()
+        used = sum((t.task.resources for t in tasks), EMPTY)
+        for ended in self._runner.ended_tasks():
+            if self._total.contains(used + ended.task.resources):
+                tasks.append(ended)
+                used = used + ended.task.resources
+            else:
+                log.info(
+                    "ended task left out of the registration",
+                    agent_id=self._agent_id,
+                    framework_id=ended.framework_id,
+                    task_id=ended.task.task_id,
+                )
+        return tasks
+
     async def _on_registered(self, event: wire.Registered) -> None:
         if self._agent_id and event.agent_id != self._agent_id:
             # The master did not take us back under our old id, so it does not
@@ -337,6 +448,15 @@ class Agent:
             )
             await self._forget_identity()
         self._agent_id = event.agent_id
+        if self._saved_agent_id != self._agent_id:
+            # Before anything else happens under this id, so a restart uses it.
+            try:
+                await asyncio.to_thread(save_agent_id, self._work_dir, self._agent_id)
+                self._saved_agent_id = self._agent_id
+            except OSError as e:
+                log.error(
+                    "could not checkpoint the agent id", agent_id=self._agent_id, error=str(e)
+                )
         self._updates.resend_all()
         self._registered.set()
         log.info(
@@ -344,7 +464,7 @@ class Agent:
             agent_id=self._agent_id,
             heartbeat_interval=event.heartbeat_interval,
             tasks=len(self._runner.running_tasks()),
-            pending_updates=len(self._updates),
+            pending_updates=self._pending_updates(),
         )
 
     def _handle(self, event: wire.Event | None) -> None:
@@ -394,8 +514,8 @@ class Agent:
 
     # Status updates.
 
-    def _on_transition(self, t: TaskTransition) -> None:
-        self._report(t.framework_id, t.task_id, t.state, t.message, t.exit_code)
+    def _on_transition(self, t: TaskTransition) -> asyncio.Future[None]:
+        return self._report(t.framework_id, t.task_id, t.state, t.message, t.exit_code, t.run_id)
 
     def _report(
         self,
@@ -404,7 +524,9 @@ class Agent:
         state: TaskState,
         message: str = "",
         exit_code: int | None = None,
-    ) -> None:
+        run_id: str = "",
+    ) -> asyncio.Future[None]:
+        """Journal a new update; it is queued for sending once durable (`_on_durable`)."""
         status = TaskStatus(
             task_id=task_id,
             framework_id=framework_id,
@@ -416,8 +538,6 @@ class Agent:
             update_id=uuid.uuid4().hex,
             source=StatusSource.AGENT,
         )
-        self._updates.add(status)
-        self._updates_changed.set()
         log.info(
             "status update",
             agent_id=self._agent_id,
@@ -428,6 +548,12 @@ class Agent:
             exit_code=exit_code,
             reason=message,
         )
+        self._run_of_update[status.update_id] = run_id
+        return self._writer.submit(PendingUpdate(status, run_id))
+
+    def _on_durable(self, update: PendingUpdate) -> None:
+        self._updates.add(update.status)
+        self._updates_changed.set()
 
     def _acknowledge(self, ack: wire.Acknowledge) -> None:
         bound = log.bind(
@@ -441,6 +567,11 @@ class Agent:
             bound.info("acknowledgement for no pending update ignored")
             return
         bound.info("status update acknowledged", state=acked.state.value)
+        # Not waited for: a lost ack record only means one re-send after a restart.
+        self._writer.submit(Ack(ack.framework_id, ack.task_id, ack.update_id))
+        run_id = self._run_of_update.pop(ack.update_id, "")
+        if acked.state.is_terminal:
+            self._runner.acknowledged_end(ack.framework_id, ack.task_id, run_id)
         self._updates_changed.set()
         self._acked.set()
 

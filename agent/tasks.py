@@ -1,55 +1,98 @@
-"""Running tasks as shell commands, each in its own sandbox. No gRPC here.
+"""Running tasks as shell commands, each in its own sandbox, and finding them again
+after the agent restarts. No gRPC here.
 
-A task is ``/bin/sh -c <command>`` started as a real subprocess in a new
-session, so it leads its own process group and a kill reaches everything it
-spawned. Its working directory, output and checkpoint live in its sandbox:
+A task is ``/bin/sh -c <command>`` run by a task wrapper (`agent._task_wrapper`)
+that the agent starts in a new session: the wrapper leads the task's process
+group, so a kill reaches everything the command spawned, and it writes the
+command's exit status to the sandbox, so the status survives the agent.
 
-    <work_dir>/sandboxes/<framework_id>/<task_id>/{stdout,stderr,task.json}
+    <work_dir>/sandboxes/<framework_id>/<task_id>/
+        stdout, stderr   the command's output
+        task.json        the agent's checkpoint of the task (below)
+        exit.json        written by the wrapper when the command ends
 
-`task.json` records what was started (the task, pid, start time) and, once the
-task ends, how it ended, so that a restarted agent can find what it left behind.
+`task.json` holds the task, its run id (one per launch of a task id), the
+wrapper's pid and start time (field 22 of /proc/<pid>/stat: a pid alone may be
+reused), the state, `killing` once a kill has started and, when the agent saw
+the task end, how it ended. It is written atomically at launch (STARTING, no
+pid yet), once the wrapper runs, when a kill starts and at the end.
 
-Every accepted launch reports TASK_STARTING, then TASK_RUNNING once the process
+Every accepted launch reports TASK_STARTING, then TASK_RUNNING once the wrapper
 exists, then exactly one terminal state: TASK_FINISHED (exit status 0),
-TASK_FAILED (non-zero exit, killed by a signal nobody asked for, or the command
-could not be started) or TASK_KILLED (killed on request). A process killed by
-signal N reports exit code 128 + N, as a shell would.
+TASK_FAILED (non-zero exit, killed by a signal nobody asked for, the command
+could not be started, or its wrapper died without recording a status) or
+TASK_KILLED (killed on request). A process killed by signal N reports exit code
+128 + N, as a shell would.
+
+The terminal state is reported first and checkpointed second: the status
+callback returns an awaitable that resolves once the update is durable (the
+agent journals it), and only then does `task.json` say the task ended. A
+restarted agent hands `recover()` the ends it has journaled, so a crash between
+the two steps neither loses the end nor reports it twice.
+
+`recover()` on start-up, for each checkpoint that does not say the task ended:
+
+* its end is in the journal: only the checkpoint is brought up to date;
+* the wrapper is alive (pid and start time match): the task is re-attached,
+  RUNNING, and watched with a pidfd; a kill that was under way is resumed;
+* the wrapper is gone and `exit.json` exists: the task ended while the agent
+  was down, and is reported as it ended (KILLED if a kill had been started);
+* the wrapper is gone without `exit.json`: TASK_FAILED, "the task's wrapper
+  died while the agent was down" (KILLED if a kill had been started).
+
+A task that ended stays in `ended_tasks()` until the agent says its terminal
+update was acknowledged (`acknowledged_end`), so that re-registration can tell
+the master about tasks whose end it may not have heard of yet.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
+import sys
 import time
-from collections.abc import Callable
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import structlog
 
+from agent import _task_wrapper
+from agent._checkpoint import read_json, write_json_atomically
+from agent._procs import is_alive, process_start_time, signal_group, wait_for_exit, wait_readable
 from mesolite.model import RunningTask, TaskSpec, TaskState
+from mesolite.resources import Resources
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_KILL_GRACE_PERIOD = 3.0
 CHECKPOINT_FILE = "task.json"
+EXIT_FILE = _task_wrapper.EXIT_FILE
+# Run by path with -I: fast to start, and no import of this package (grpc and all).
+_WRAPPER = Path(_task_wrapper.__file__).absolute()
 
 
 @dataclass(frozen=True, slots=True)
 class TaskTransition:
-    """A task entered `state`; the agent turns this into a status update."""
+    """A task entered `state`; the agent turns this into a status update.
+
+    `run_id` names the launch the transition belongs to (a task id can be
+    launched again after it ended); empty for launches refused outright.
+    """
 
     framework_id: str
     task_id: str
     state: TaskState
     message: str = ""
     exit_code: int | None = None
+    run_id: str = ""
 
 
-StatusCallback = Callable[[TaskTransition], None]
+# May return an awaitable that resolves once the transition is durable.
+StatusCallback = Callable[[TaskTransition], Awaitable[None] | None]
 
 
 @dataclass(eq=False)
@@ -57,25 +100,42 @@ class _Task:
     framework_id: str
     spec: TaskSpec
     sandbox: Path
+    run_id: str
     state: TaskState = TaskState.STARTING
-    process: asyncio.subprocess.Process | None = None
+    live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
+    process: asyncio.subprocess.Process | None = None  # only when this agent started it
+    pid: int | None = None  # the wrapper's, which is also the process group id
+    start_time: int | None = None  # the wrapper's, in clock ticks since boot
     started: float = 0.0
     kill_requested: bool = False
     sigkilled: bool = False
+    recovered: bool = False  # found on disk by a restarted agent
+    sandbox_ready: bool = False
+    previous: asyncio.Task[None] | None = None  # an earlier run still finishing
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     lifecycle: asyncio.Task[None] | None = None
     escalation: asyncio.Task[None] | None = None
+    checkpoint_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     @property
     def key(self) -> tuple[str, str]:
         return (self.framework_id, self.spec.task_id)
 
 
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    task: RunningTask
+    run_id: str
+    lifecycle: asyncio.Task[None] | None
+
+
 class TaskRunner:
-    """Starts, watches and kills task processes; reports each transition to `on_status`.
+    """Starts, watches, kills and recovers task processes; reports each transition.
 
     `on_status` is called synchronously on the event loop, in the order the
-    transitions happen; it must not block.
+    transitions happen; it must not block. It may return an awaitable that
+    resolves once the transition is durable: the runner then checkpoints a
+    task's end only after that.
     """
 
     def __init__(
@@ -91,6 +151,7 @@ class TaskRunner:
         self._grace = kill_grace_period
         self._shell = shell
         self._tasks: dict[tuple[str, str], _Task] = {}
+        self._ended: dict[tuple[str, str], _Ended] = {}
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._sandboxes / framework_id / task_id
@@ -102,6 +163,21 @@ class TaskRunner:
     def running_tasks(self) -> list[RunningTask]:
         """Tasks not yet in a terminal state, with their current state."""
         return [RunningTask(t.framework_id, t.spec, t.state) for t in self._tasks.values()]
+
+    def ended_tasks(self) -> list[RunningTask]:
+        """Tasks that ended but whose end is not known to be acknowledged, in their
+        last live state (the terminal update that follows says how they ended)."""
+        return [e.task for key, e in self._ended.items() if key not in self._tasks]
+
+    def acknowledged_end(self, framework_id: str, task_id: str, run_id: str) -> None:
+        """The terminal update of run `run_id` was acknowledged: forget that run."""
+        ended = self._ended.get((framework_id, task_id))
+        if ended is not None and ended.run_id == run_id:
+            del self._ended[(framework_id, task_id)]
+
+    def forget_ended(self) -> None:
+        """Forget every ended task, e.g. when the master no longer knows this agent."""
+        self._ended.clear()
 
     def launch(self, framework_id: str, task: TaskSpec) -> bool:
         """Start `task` in the background; False if it was not started.
@@ -120,10 +196,14 @@ class TaskRunner:
             bound.warning("launch rejected", reason=problem)
             self._report(TaskTransition(framework_id, task.task_id, TaskState.FAILED, problem))
             return False
-        t = _Task(framework_id, task, self.sandbox_path(framework_id, task.task_id))
+        t = _Task(framework_id, task, self.sandbox_path(framework_id, task.task_id), _new_run_id())
+        previous = self._ended.get(key)
+        t.previous = previous.lifecycle if previous is not None else None
         self._tasks[key] = t
-        bound.info("task starting", sandbox=str(t.sandbox), command=task.command)
-        self._report(TaskTransition(framework_id, task.task_id, TaskState.STARTING))
+        bound.info("task starting", sandbox=str(t.sandbox), command=task.command, run_id=t.run_id)
+        self._report(
+            TaskTransition(framework_id, task.task_id, TaskState.STARTING, run_id=t.run_id)
+        )
         t.lifecycle = asyncio.create_task(self._lifecycle(t), name=f"task-{task.task_id}")
         return True
 
@@ -149,11 +229,50 @@ class TaskRunner:
             self._request_kill(t)
         await asyncio.gather(*(t.lifecycle for t in tasks if t.lifecycle), return_exceptions=True)
 
+    async def recover(self, journaled_ends: Mapping[tuple[str, str], TaskTransition]) -> None:
+        """Take back the tasks a previous agent process left in the sandboxes.
+
+        `journaled_ends` holds, per task, the terminal transition whose update
+        is still pending in the agent's journal, if any. Call once, before any
+        launch. See the module docstring for what happens to each task.
+        """
+        for sandbox, record in await asyncio.to_thread(_scan_checkpoints, self._sandboxes):
+            try:
+                t = _task_from_checkpoint(sandbox, record)
+            except (KeyError, TypeError, ValueError) as e:
+                log.warning(
+                    "ignoring an unreadable task checkpoint", path=str(sandbox), error=str(e)
+                )
+                continue
+            end = journaled_ends.get(t.key)
+            journaled = end is not None and end.run_id == t.run_id
+            if t.state.is_terminal or journaled:
+                if journaled:
+                    self._ended[t.key] = _Ended(
+                        RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, None
+                    )
+                if journaled and not t.state.is_terminal:
+                    assert end is not None
+                    # The agent stopped between journaling the end and checkpointing it.
+                    t.state = end.state
+                    await self._checkpoint(t, end)
+                continue
+            self._tasks[t.key] = t
+            log.info(
+                "task recovered",
+                framework_id=t.framework_id,
+                task_id=t.spec.task_id,
+                run_id=t.run_id,
+                pid=t.pid,
+                killing=t.kill_requested,
+            )
+            t.lifecycle = asyncio.create_task(self._lifecycle(t), name=f"task-{t.spec.task_id}")
+
     # Internals, in the order a task goes through them.
 
-    def _report(self, transition: TaskTransition) -> None:
+    def _report(self, transition: TaskTransition) -> Awaitable[None] | None:
         try:
-            self._on_status(transition)
+            return self._on_status(transition)
         except Exception:
             # A broken callback must not leave a task half-tracked.
             log.exception(
@@ -162,27 +281,160 @@ class TaskRunner:
                 task_id=transition.task_id,
                 state=transition.state.value,
             )
+            return None
 
     def _transition(
         self, t: _Task, state: TaskState, message: str = "", exit_code: int | None = None
     ) -> TaskTransition:
         t.state = state
-        return TaskTransition(t.framework_id, t.spec.task_id, state, message, exit_code)
+        return TaskTransition(t.framework_id, t.spec.task_id, state, message, exit_code, t.run_id)
 
     async def _lifecycle(self, t: _Task) -> None:
         try:
-            final = await self._execute(t)
-            if t.process is not None:
-                await _checkpoint(t, final)
+            if t.previous is not None:
+                # The earlier run's last checkpoint must land before this run's first.
+                await asyncio.wait({t.previous})
+            try:
+                final = await (self._watch(t) if t.recovered else self._execute(t))
+            except Exception as e:
+                log.exception("running the task failed", task_id=t.spec.task_id)
+                final = self._transition(t, TaskState.FAILED, f"the agent failed to run it: {e}")
         except asyncio.CancelledError:
             # Cancelled from outside, e.g. the loop is closing: leave no process behind.
-            if t.process is not None and t.process.returncode is None:
-                _signal_group(t.process.pid, signal.SIGKILL)
+            pid = t.process.pid if t.process is not None else t.pid
+            if pid is not None and not t.exited.is_set():
+                signal_group(pid, signal.SIGKILL)
+            self._tasks.pop(t.key, None)
             raise
         finally:
             if t.escalation is not None:
                 t.escalation.cancel()
-            self._tasks.pop(t.key, None)
+        await self._finish(t, final)
+
+    async def _execute(self, t: _Task) -> TaskTransition:
+        """Run the task to its end and return its terminal transition."""
+        try:
+            stdout, stderr = await asyncio.to_thread(_prepare_sandbox, t.sandbox)
+        except OSError as e:
+            return self._transition(t, TaskState.FAILED, f"could not create the sandbox: {e}")
+        t.sandbox_ready = True
+        try:
+            # Before the wrapper exists: a restarted agent then knows the run
+            # never got going, rather than finding nothing at all.
+            await self._checkpoint(t)
+            if t.kill_requested:
+                return self._transition(t, TaskState.KILLED, "killed before it started")
+            ready_read, ready_write = os.pipe()
+            try:
+                t.process = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-I",
+                    str(_WRAPPER),
+                    str(t.sandbox),
+                    "--ready-fd",
+                    str(ready_write),
+                    "--",
+                    self._shell,
+                    "-c",
+                    t.spec.command,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=t.sandbox,
+                    env=self._environment(t),
+                    start_new_session=True,
+                    pass_fds=(ready_write,),
+                )
+            except BaseException:
+                os.close(ready_read)
+                raise
+            finally:
+                os.close(ready_write)
+        except (OSError, ValueError) as e:
+            return self._transition(t, TaskState.FAILED, f"could not start the command: {e}")
+        finally:
+            stdout.close()
+            stderr.close()
+        # Our unreaped child, so its /proc entry is there to read.
+        start_time = process_start_time(t.process.pid)
+        ready = await _wait_ready(ready_read)
+        t.pid, t.start_time = t.process.pid, start_time
+        if ready:
+            t.started = time.time()
+            t.state = t.live_state = TaskState.RUNNING
+            await self._checkpoint(t)
+            log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+            self._report(self._transition(t, TaskState.RUNNING))
+            if t.kill_requested:
+                self._start_escalation(t)
+        returncode = await t.process.wait()
+        t.exited.set()
+        return await self._outcome(t, returncode, ended_while_down=False)
+
+    async def _watch(self, t: _Task) -> TaskTransition:
+        """A recovered task: wait for its wrapper if it still runs; return how it ended."""
+        bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+        if t.pid is None:
+            state = TaskState.KILLED if t.kill_requested else TaskState.FAILED
+            return self._transition(t, state, "the agent stopped while the task was starting")
+        if t.start_time is not None and is_alive(t.pid, t.start_time):
+            bound.info("re-attached to a running task")
+            if t.kill_requested:
+                bound.info("resuming the kill that was under way")
+                self._start_escalation(t)
+            await wait_for_exit(t.pid, t.start_time)
+            t.exited.set()
+            return await self._outcome(t, None, ended_while_down=False)
+        t.exited.set()
+        bound.info("the task ended while the agent was down")
+        return await self._outcome(t, None, ended_while_down=True)
+
+    async def _outcome(
+        self, t: _Task, wrapper_returncode: int | None, *, ended_while_down: bool
+    ) -> TaskTransition:
+        """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
+        assert t.pid is not None
+        try:
+            record = await asyncio.to_thread(read_json, t.sandbox / EXIT_FILE)
+        except (OSError, ValueError) as e:
+            log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
+            record = None
+        returncode = _returncode(record)
+        wrapper_cleaned_up = record is not None and (returncode is not None or "error" in record)
+        # Unless the wrapper ended its process group itself, do it for it; but not
+        # when the pid names a live process again (then the group is not ours).
+        if not wrapper_cleaned_up and process_start_time(t.pid) is None:
+            signal_group(t.pid, signal.SIGKILL)
+        if record is not None and "error" in record:
+            return self._transition(
+                t, TaskState.FAILED, f"could not start the command: {record['error']}"
+            )
+        if returncode is None and t.sigkilled:
+            returncode = -signal.SIGKILL  # the group was SIGKILLed, wrapper included
+        if returncode is not None:
+            exit_code, how = _describe_exit(returncode)
+            if t.kill_requested:
+                if t.sigkilled:
+                    how += f" (still alive {self._grace:g} s after SIGTERM)"
+                return self._transition(t, TaskState.KILLED, f"killed on request: {how}", exit_code)
+            state = TaskState.FINISHED if returncode == 0 else TaskState.FAILED
+            return self._transition(t, state, how, exit_code)
+        if ended_while_down:
+            why = "the task's wrapper died while the agent was down"
+        elif wrapper_returncode is not None:
+            how = _describe_exit(wrapper_returncode)[1].replace("command", "wrapper")
+            why = f"the task's wrapper ended without recording an exit status: {how}"
+        else:
+            why = "the task's wrapper ended without recording an exit status"
+        if t.kill_requested:
+            return self._transition(t, TaskState.KILLED, f"killed on request: {why}")
+        return self._transition(t, TaskState.FAILED, why)
+
+    async def _finish(self, t: _Task, final: TaskTransition) -> None:
+        self._tasks.pop(t.key, None)
+        self._ended[t.key] = _Ended(
+            RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, asyncio.current_task()
+        )
         log.info(
             "task ended",
             framework_id=t.framework_id,
@@ -191,48 +443,13 @@ class TaskRunner:
             exit_code=final.exit_code,
             reason=final.message,
         )
-        self._report(final)
-
-    async def _execute(self, t: _Task) -> TaskTransition:
-        """Run the task to its end and return its terminal transition."""
-        try:
-            stdout, stderr = await asyncio.to_thread(_prepare_sandbox, t.sandbox)
-        except OSError as e:
-            return self._transition(t, TaskState.FAILED, f"could not create the sandbox: {e}")
-        try:
-            if t.kill_requested:
-                return self._transition(t, TaskState.KILLED, "killed before it started")
-            t.process = await asyncio.create_subprocess_exec(
-                self._shell,
-                "-c",
-                t.spec.command,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=stdout,
-                stderr=stderr,
-                cwd=t.sandbox,
-                env=self._environment(t),
-                start_new_session=True,
-            )
-        except (OSError, ValueError) as e:
-            return self._transition(t, TaskState.FAILED, f"could not start the command: {e}")
-        finally:
-            stdout.close()
-            stderr.close()
-        t.started = time.time()
-        await _checkpoint(t)
-        log.info(
-            "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.process.pid
-        )
-        self._report(self._transition(t, TaskState.RUNNING))
-        if t.kill_requested:
-            self._start_escalation(t)
-        returncode = await t.process.wait()
-        t.exited.set()
-        # Like Mesos destroying a container: what the command left running in its
-        # process group ends with it. (The group id stays reserved while members
-        # exist, so this cannot hit an unrelated process group.)
-        _signal_group(t.process.pid, signal.SIGKILL)
-        return self._outcome(t, returncode)
+        durable = self._report(final)
+        if durable is not None:
+            # Not `await`: a journal that shut down cancels its futures, and the
+            # checkpoint below is still worth writing then.
+            await asyncio.wait({asyncio.ensure_future(durable)})
+        if t.sandbox_ready:
+            await self._checkpoint(t, final)
 
     def _environment(self, t: _Task) -> dict[str, str]:
         env = {**os.environ, **t.spec.environment}
@@ -244,16 +461,6 @@ class TaskRunner:
             env["MESOLITE_AGENT_ID"] = t.spec.agent_id
         return env
 
-    def _outcome(self, t: _Task, returncode: int) -> TaskTransition:
-        exit_code, how = _describe_exit(returncode)
-        if t.kill_requested:
-            if t.sigkilled:
-                how += f" (still alive {self._grace:g} s after SIGTERM)"
-            return self._transition(t, TaskState.KILLED, f"killed on request: {how}", exit_code)
-        if returncode == 0:
-            return self._transition(t, TaskState.FINISHED, how, exit_code)
-        return self._transition(t, TaskState.FAILED, how, exit_code)
-
     def _request_kill(self, t: _Task) -> None:
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id)
         if t.kill_requested:
@@ -261,7 +468,7 @@ class TaskRunner:
             return
         t.kill_requested = True
         bound.info("kill requested", state=t.state.value)
-        if t.process is not None:
+        if t.pid is not None:
             self._start_escalation(t)
         # Otherwise the task is still starting: `_execute` checks the flag.
 
@@ -270,23 +477,71 @@ class TaskRunner:
             t.escalation = asyncio.create_task(self._escalate(t))
 
     async def _escalate(self, t: _Task) -> None:
-        assert t.process is not None
-        pid = t.process.pid
+        assert t.pid is not None
+        pid = t.pid
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=pid)
+        # `killing` on disk first, so that an agent restarted after the signal
+        # reports the end as KILLED, not as a failure.
+        await self._checkpoint(t)
+        if t.exited.is_set():
+            return
         bound.info("sending SIGTERM to the task's process group")
-        _signal_group(pid, signal.SIGTERM)
+        signal_group(pid, signal.SIGTERM)
         try:
             await asyncio.wait_for(t.exited.wait(), self._grace)
         except TimeoutError:
             bound.warning("task outlived its grace period; sending SIGKILL", grace=self._grace)
             t.sigkilled = True
-            _signal_group(pid, signal.SIGKILL)
+            signal_group(pid, signal.SIGKILL)
+
+    async def _checkpoint(self, t: _Task, final: TaskTransition | None = None) -> None:
+        # One writer at a time per task, each writing the state as of its turn,
+        # so an older view can never land after a newer one.
+        async with t.checkpoint_lock:
+            record = _checkpoint_record(t, final)
+            try:
+                await asyncio.to_thread(write_json_atomically, t.sandbox / CHECKPOINT_FILE, record)
+            except OSError as e:
+                # The task itself is unaffected; only recovery would know less.
+                log.warning(
+                    "could not write checkpoint",
+                    framework_id=t.framework_id,
+                    task_id=t.spec.task_id,
+                    error=str(e),
+                )
+
+
+def _new_run_id() -> str:
+    return uuid.uuid4().hex
 
 
 def _check_id(kind: str, value: str) -> str | None:
     """Why `value` cannot name a sandbox directory, or None if it can."""
     if not value or value in (".", "..") or "/" in value or "\0" in value:
         return f"invalid {kind} {value!r}: must be non-empty, not '.' or '..', without '/'"
+    return None
+
+
+async def _wait_ready(fd: int) -> bool:
+    """Whether the wrapper said on `fd` that the command runs; closes `fd`."""
+    try:
+        await wait_readable(fd)
+        return bool(os.read(fd, 64))
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def _returncode(record: dict[str, Any] | None) -> int | None:
+    """The command's return code as `subprocess` gives it (-N for signal N)."""
+    if record is None:
+        return None
+    code, signum = record.get("exit_code"), record.get("signal")
+    if isinstance(code, int):
+        return code
+    if isinstance(signum, int):
+        return -signum
     return None
 
 
@@ -301,17 +556,11 @@ def _describe_exit(returncode: int) -> tuple[int, str]:
     return returncode, f"command exited with status {returncode}"
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass  # the whole group is already gone
-    except PermissionError:
-        log.warning("not allowed to signal process group", pgid=pgid, signal=sig.name)
-
-
 def _prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
     sandbox.mkdir(parents=True, exist_ok=True)
+    # A status left by an earlier run of this task id must not pass for this run's.
+    # (The STARTING checkpoint's directory fsync makes the removal durable.)
+    (sandbox / EXIT_FILE).unlink(missing_ok=True)
     stdout = open(sandbox / "stdout", "wb")  # noqa: SIM115 - handed to the child, closed by the caller
     try:
         stderr = open(sandbox / "stderr", "wb")  # noqa: SIM115
@@ -321,7 +570,7 @@ def _prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
     return stdout, stderr
 
 
-async def _checkpoint(t: _Task, final: TaskTransition | None = None) -> None:
+def _checkpoint_record(t: _Task, final: TaskTransition | None) -> dict[str, Any]:
     record: dict[str, Any] = {
         "framework_id": t.framework_id,
         "task": {
@@ -332,25 +581,76 @@ async def _checkpoint(t: _Task, final: TaskTransition | None = None) -> None:
             "agent_id": t.spec.agent_id,
             "environment": t.spec.environment,
         },
-        "pid": t.process.pid if t.process is not None else None,
+        "run_id": t.run_id,
+        "pid": t.pid,
+        "pid_start_time": t.start_time,
         "started": t.started,
         "state": t.state.value,
+        "killing": t.kill_requested,
     }
     if final is not None:
-        record.update(finished=time.time(), exit_code=final.exit_code, message=final.message)
-    try:
-        await asyncio.to_thread(_write_json_atomically, t.sandbox / CHECKPOINT_FILE, record)
-    except OSError as e:
-        # The checkpoint only helps recovery; the task itself is unaffected.
-        log.warning(
-            "could not write checkpoint",
-            framework_id=t.framework_id,
-            task_id=t.spec.task_id,
-            error=str(e),
+        record.update(
+            state=final.state.value,
+            finished=time.time(),
+            exit_code=final.exit_code,
+            message=final.message,
         )
+    return record
 
 
-def _write_json_atomically(path: Path, record: dict[str, Any]) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+def _task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> _Task:
+    """A recovered `_Task` from a `task.json`; raises KeyError, TypeError or ValueError."""
+    spec = record["task"]
+    environment = spec.get("environment") or {}
+    resources = spec["resources"]
+    if not isinstance(environment, dict) or not isinstance(resources, dict):
+        raise TypeError("environment and resources must be objects")
+    task = TaskSpec(
+        task_id=_str(spec["task_id"]),
+        command=_str(spec["command"]),
+        resources=Resources(resources),
+        name=_str(spec.get("name", "")),
+        agent_id=_str(spec.get("agent_id", "")),
+        environment={_str(k): _str(v) for k, v in environment.items()},
+    )
+    pid, start_time = record.get("pid"), record.get("pid_start_time")
+    if pid is not None and not isinstance(pid, int):
+        raise TypeError("pid must be an integer")
+    if start_time is not None and not isinstance(start_time, int):
+        raise TypeError("pid_start_time must be an integer")
+    t = _Task(
+        _str(record["framework_id"]),
+        task,
+        sandbox,
+        _str(record.get("run_id", "")),
+        state=TaskState(record["state"]),
+        pid=pid,
+        start_time=start_time,
+        started=float(record.get("started") or 0.0),
+        kill_requested=bool(record.get("killing", False)),
+        recovered=True,
+        sandbox_ready=True,
+    )
+    t.live_state = TaskState.RUNNING if pid is not None else TaskState.STARTING
+    if not t.state.is_terminal:
+        t.state = t.live_state
+    return t
+
+
+def _scan_checkpoints(sandboxes: Path) -> list[tuple[Path, dict[str, Any]]]:
+    found = []
+    for path in sorted(sandboxes.glob(f"*/*/{CHECKPOINT_FILE}")):
+        try:
+            record = read_json(path)
+        except (OSError, ValueError) as e:
+            log.warning("ignoring an unreadable task checkpoint", path=str(path), error=str(e))
+            continue
+        if record is not None:
+            found.append((path.parent, record))
+    return found
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
