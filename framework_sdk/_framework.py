@@ -75,7 +75,9 @@ class Framework:
         """`id_file`, when given, keeps the framework id across restarts of this
         process: read at start (unless `framework_id` is given), written when the
         master assigns an id, removed on `teardown()`. A restarted process then
-        fails over to its old self, tasks included, within `failover_timeout`."""
+        fails over to its old self, tasks included, within `failover_timeout`.
+        Beside it, `<id_file>.shown` lists the update ids already shown to
+        `on_update`, so a restarted process does not see them again."""
         self.name = name
         self.role = role
         self.failover_timeout = failover_timeout
@@ -87,6 +89,10 @@ class Framework:
         self._stream: Stream | None = None  # set only while subscribed
         self._offers: dict[str, Offer] = {}
         self._acknowledged = RecentIds()
+        self._shown_file = _sibling(self._id_file, ".shown") if self._id_file else None
+        if self._shown_file is not None and self._shown_file.exists():
+            for line in self._shown_file.read_text().splitlines()[-self._acknowledged.capacity :]:
+                self._acknowledged.add(line.strip())
         self._heartbeat_interval = 0.0
         self._stop = asyncio.Event()
         self._run_task: asyncio.Task[Any] | None = None
@@ -232,6 +238,8 @@ class Framework:
         self._log.info("tearing down", call_id=call_id)
         if self._id_file is not None:
             self._id_file.unlink(missing_ok=True)
+        if self._shown_file is not None:
+            self._shown_file.unlink(missing_ok=True)
         await self.stop()
         return call_id
 
@@ -391,7 +399,9 @@ class Framework:
         else:
             await self.on_update(status)
         if update_id:
-            self._acknowledged.add(update_id)
+            if update_id not in self._acknowledged:
+                self._acknowledged.add(update_id)
+                self._remember_shown(update_id)
             await self._send(
                 Call(
                     acknowledge=Call.Acknowledge(
@@ -399,6 +409,13 @@ class Framework:
                     )
                 )
             )
+
+    def _remember_shown(self, update_id: str) -> None:
+        # Written before the acknowledgement leaves: if this process dies in
+        # between, the next one knows the update was shown.
+        if self._shown_file is not None:
+            with self._shown_file.open("a") as f:
+                f.write(update_id + "\n")
 
 
 def _stub(channel: grpc.aio.Channel) -> scheduler_pb2_grpc.SchedulerAsyncStub:
@@ -431,3 +448,7 @@ def _write_atomically(path: Path, text: str) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(temporary, path)
+
+
+def _sibling(path: Path, suffix: str) -> Path:
+    return path.with_name(path.name + suffix)

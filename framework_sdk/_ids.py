@@ -16,7 +16,7 @@ class RecentIds:
     without keeping every update id a long-running framework has ever seen."""
 
     def __init__(self, capacity: int = 10_000) -> None:
-        self._capacity = capacity
+        self.capacity = capacity
         self._ids: OrderedDict[str, None] = OrderedDict()
 
     def __contains__(self, item: object) -> bool:
@@ -25,5 +25,5 @@ class RecentIds:
     def add(self, item: str) -> None:
         self._ids[item] = None
         self._ids.move_to_end(item)
-        if len(self._ids) > self._capacity:
+        if len(self._ids) > self.capacity:
             self._ids.popitem(last=False)

@@ -599,28 +599,45 @@ class Master:
         )
 
     def reconcile(self, framework_id: str, task_ids: Sequence[str]) -> None:
+        """Answer with the latest known state of each task, as Mesos does.
+
+        Explicit (task ids given): a task the master has never heard of is
+        TASK_LOST; a task on an agent that has not yet re-registered after a
+        master restart gets no answer yet (as in Mesos): the framework asks
+        again later. Implicit (no ids): every running task of the framework.
+        """
         framework = self._framework(framework_id)
         assert framework.outbox is not None
-        if task_ids:
-            completed = {t.spec.task_id: t for t in framework.completed}
-            for task_id in task_ids:
-                task = framework.tasks.get(task_id) or completed.get(task_id)
-                if task is None:
-                    status = TaskStatus(
-                        task_id,
-                        framework_id,
-                        "",
-                        TaskState.LOST,
-                        "reconciliation: task is unknown",
-                        timestamp=time.time(),
-                        source=StatusSource.MASTER,
-                    )
-                else:
-                    status = self._latest_status(task)
-                framework.outbox.send(msg.Update(status))
-        else:
+        if not task_ids:
             for task in framework.tasks.values():
                 framework.outbox.send(msg.Update(self._latest_status(task)))
+            log.info("reconciled", framework_id=framework_id, tasks=len(framework.tasks))
+            return
+        completed = {t.spec.task_id: t for t in framework.completed}
+        pending = {
+            entry.task.task_id
+            for entries in self.recovering_agents.values()
+            for entry in entries
+            if entry.framework_id == framework_id
+        }
+        for task_id in task_ids:
+            known = framework.tasks.get(task_id) or completed.get(task_id)
+            if known is not None:
+                framework.outbox.send(msg.Update(self._latest_status(known)))
+            elif task_id not in pending:
+                framework.outbox.send(
+                    msg.Update(
+                        TaskStatus(
+                            task_id,
+                            framework_id,
+                            "",
+                            TaskState.LOST,
+                            "reconciliation: task is unknown",
+                            timestamp=time.time(),
+                            source=StatusSource.MASTER,
+                        )
+                    )
+                )
         log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
 
     @_checked
