@@ -909,7 +909,10 @@ class Master:
             )
             return
         spec = _with_agent(rt.task, agent.agent_id)
-        task = Task(spec, rt.framework_id, agent.agent_id, rt.state)
+        # A task that ended while the master was away is reported with its end
+        # state; to the master it runs until that (unacknowledged) update arrives.
+        state = TaskState.RUNNING if rt.state.is_terminal else rt.state
+        task = Task(spec, rt.framework_id, agent.agent_id, state)
         framework.tasks[spec.task_id] = task
         agent.tasks[(rt.framework_id, spec.task_id)] = task
         self.allocator.grant(rt.framework_id, agent.agent_id, spec.resources)
