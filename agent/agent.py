@@ -244,6 +244,7 @@ class Agent:
         self._agent_id = self._saved_agent_id = await asyncio.to_thread(
             load_agent_id, self._work_dir
         )
+        _bind_agent_id(self._agent_id)
         try:
             pending = await asyncio.to_thread(self._journal.load)
         except OSError as e:
@@ -331,6 +332,7 @@ class Agent:
         except OSError as e:
             log.error("could not delete the agent id checkpoint", error=str(e))
         self._agent_id = self._saved_agent_id = None
+        _bind_agent_id(None)
 
     async def _close(self, session: asyncio.Task[_StreamEnd]) -> None:
         """Stop requested while connected: let the master hear how the tasks ended."""
@@ -448,6 +450,7 @@ class Agent:
             )
             await self._forget_identity()
         self._agent_id = event.agent_id
+        _bind_agent_id(self._agent_id)
         if self._saved_agent_id != self._agent_id:
             # Before anything else happens under this id, so a restart uses it.
             try:
@@ -594,6 +597,13 @@ class Agent:
             timeout = None if next_due is None else max(0.0, next_due - loop.time())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._updates_changed.wait(), timeout)
+
+
+def _bind_agent_id(agent_id: str | None) -> None:
+    # For the task runner's lines too. Context variables are per asyncio task
+    # and copied into the tasks it creates, so agents sharing a process (tests)
+    # keep their own ids; tasks created earlier keep the id they started with.
+    structlog.contextvars.bind_contextvars(agent_id=agent_id)
 
 
 async def _read(call: Any) -> agent_pb2.AgentEvent | None:

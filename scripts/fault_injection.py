@@ -18,8 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mesolite.logs import configure  # noqa: E402
-from tests.chaos import run_chaos  # noqa: E402
+from mesolite.logs import configure
+from tests.chaos import run_chaos
 
 
 async def main_async(seeds: list[int], faults: int, keep: Path | None) -> int:

@@ -229,3 +229,22 @@ async def test_shutdown_kills_every_task(runner: TaskRunner, recorder: Recorder)
     for task_id in ("t1", "t2"):
         final = recorder.final(task_id)
         assert final is not None and final.state is TaskState.KILLED
+
+
+async def test_a_task_id_can_run_again_after_it_ended(
+    runner: TaskRunner, recorder: Recorder
+) -> None:
+    runner.launch(FW, task("t1", "exit 1"))
+    first = await recorder.wait_final("t1")
+    sandbox = runner.sandbox_path(FW, "t1")
+    assert json.loads((sandbox / "exit.json").read_text())["exit_code"] == 1
+
+    runner.launch(FW, task("t1", "sleep 30"))
+    await wait_for_condition(
+        lambda: recorder.states("t1").count(TaskState.RUNNING) == 2, what="the second run"
+    )
+    # The first run's status is gone: a restarted agent must not take it for this run's.
+    assert not (sandbox / "exit.json").exists()
+    record = checkpoint(runner, "t1")
+    assert record["state"] == "TASK_RUNNING"
+    assert record["run_id"] != first.run_id
