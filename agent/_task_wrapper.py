@@ -1,0 +1,178 @@
+"""The process that runs one task's command and writes down how it ended.
+
+    python -I .../agent/_task_wrapper.py SANDBOX [--ready-fd FD] -- ARGV...
+
+A restarted agent is not the parent of the tasks its predecessor started, so it
+cannot wait for them and would never learn their exit status. The wrapper can:
+it is the command's parent, outlives the agent, and leaves the status on disk.
+
+* The agent starts the wrapper as the leader of a new session and process
+  group; the command is the wrapper's child in that same group, so a kill of
+  the group reaches both.
+* SIGTERM (and INT, HUP, QUIT, USR1, USR2) sent to the wrapper alone is
+  forwarded to the command, so the SIGTERM, grace, SIGKILL kill path behaves
+  the same whoever signals.
+* With ``--ready-fd FD``, once its handlers are installed and the command has
+  been started, it writes the command's pid to FD and closes it. Until then a
+  SIGTERM would kill the wrapper before it could record anything, so the agent
+  waits for this before it reports TASK_RUNNING or signals the task. End of
+  file without a pid means the command could not be started.
+* When the command ends, the wrapper writes ``SANDBOX/exit.json`` atomically
+  (temporary file, fsync, rename, fsync of the directory), one of
+  ``{"exit_code": N}``, ``{"signal": N}`` or ``{"error": "..."}`` (the command
+  could not be started), plus the command's pid and the time it ended.
+* Then, if it leads its process group, it SIGKILLs the group: whatever the
+  command left running ends with it (and so does the wrapper), as when Mesos
+  destroys a container. The status is on disk by then.
+
+Standard library only and no asyncio: it starts in tens of milliseconds and
+depends on nothing the agent might break. The agent runs it by path with
+``python -I`` so that importing it does not import the agent's package.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+EXIT_FILE = "exit.json"
+FORWARDED_SIGNALS = (
+    signal.SIGTERM,
+    signal.SIGINT,
+    signal.SIGHUP,
+    signal.SIGQUIT,
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+)
+_USAGE = "usage: python -I _task_wrapper.py SANDBOX [--ready-fd FD] -- COMMAND [ARG...]"
+
+
+def write_json_atomically(path: Path, record: dict[str, Any]) -> None:
+    """Replace `path` with `record` so that a crash leaves the old or the new file, whole.
+
+    The agent uses this too: the wrapper must run standalone, so the one
+    implementation lives here.
+    """
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_directory(path.parent)
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file in `directory` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _Forwarder:
+    """Signal handler that passes signals on to the command once it exists."""
+
+    def __init__(self) -> None:
+        self.pid: int | None = None
+        self.reaped = False
+        self.early: list[int] = []  # arrived before the command was started
+
+    def __call__(self, signum: int, frame: object) -> None:
+        if self.reaped:
+            return  # the pid may name another process by now
+        if self.pid is None:
+            self.early.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, signum)
+
+
+def run(sandbox: Path, argv: list[str], ready_fd: int | None = None) -> int:
+    """Run `argv` to its end, record its status in `sandbox`; returns the wrapper's exit code."""
+    forward = _Forwarder()
+    for sig in FORWARDED_SIGNALS:
+        signal.signal(sig, forward)
+    record: dict[str, Any]
+    try:
+        # Inherits stdin, stdout, stderr and the working directory from the agent's
+        # set-up; caught signals are reset to their defaults by exec.
+        child = subprocess.Popen(argv)
+    except OSError as e:
+        record = {"error": str(e), "finished": time.time()}
+        returncode = 127
+    else:
+        forward.pid = child.pid
+        for signum in forward.early:
+            forward(signum, None)
+        if ready_fd is not None:
+            _tell_ready(ready_fd, child.pid)
+            ready_fd = None
+        status = _wait(child.pid, forward)
+        child.returncode = 0  # reaped by `_wait`; keeps Popen from trying again
+        if os.WIFSIGNALED(status):
+            signum = os.WTERMSIG(status)
+            record = {"signal": signum}
+            returncode = 128 + signum
+        else:
+            returncode = os.WEXITSTATUS(status)
+            record = {"exit_code": returncode}
+        record.update(pid=child.pid, finished=time.time())
+    if ready_fd is not None:
+        os.close(ready_fd)  # end of file: the command did not start
+    try:
+        write_json_atomically(sandbox / EXIT_FILE, record)
+    except OSError as e:
+        print(f"mesolite task wrapper: could not record the exit status: {e}", file=sys.stderr)
+    if os.getpgrp() == os.getpid():
+        # Only a group this wrapper leads, so a wrapper run by hand never kills its caller.
+        os.killpg(os.getpgrp(), signal.SIGKILL)
+    return returncode
+
+
+def _tell_ready(fd: int, pid: int) -> None:
+    try:
+        os.write(fd, f"{pid}\n".encode())
+    except OSError:
+        pass  # the agent is gone; the task runs on regardless
+    finally:
+        os.close(fd)
+
+
+def _wait(pid: int, forward: _Forwarder) -> int:
+    """Wait for `pid` and reap it without a window in which a forwarded signal could
+    reach a new process that reused the pid."""
+    os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # ended, still a zombie: pid reserved
+    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED_SIGNALS)
+    try:
+        _, status = os.waitpid(pid, 0)
+        forward.reaped = True
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
+    return status
+
+
+def main(args: list[str]) -> int:
+    ready_fd: int | None = None
+    if len(args) >= 3 and args[1] == "--ready-fd" and args[2].isdigit():
+        ready_fd = int(args[2])
+        args = args[:1] + args[3:]
+    if len(args) < 3 or args[1] != "--":
+        print(_USAGE, file=sys.stderr)
+        return 2
+    return run(Path(args[0]), args[2:], ready_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
