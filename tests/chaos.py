@@ -96,6 +96,9 @@ class SteadyFramework(Framework):
             # The same end twice is fine (a reconciliation answer and the agent's
             # own update can both arrive); a different story is not.
             self.problems.append(f"{status.task_id}: {status.state.value} after {ended.value}")
+        if status.state is TaskState.FAILED:
+            # `sleep` does not fail: the real exit status was lost somewhere.
+            self.problems.append(f"{status.task_id}: TASK_FAILED ({status.message})")
         ledger.shown.append(status)
         if status.state.is_terminal:
             ledger.terminal[status.task_id] = status.state
