@@ -304,7 +304,8 @@ class Agent:
             failures += 1
             log.info("reconnecting to the master", agent_id=self._agent_id, delay=round(delay, 3))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._stopping.wait()
 
     async def _after_stream(self, end: _StreamEnd) -> None:
         bound = log.bind(agent_id=self._agent_id, code=end.code.name, details=end.details)
@@ -386,7 +387,8 @@ class Agent:
                 )
             )
             try:
-                first = await asyncio.wait_for(_read(call), self._registration_timeout)
+                async with asyncio.timeout(self._registration_timeout):
+                    first = await _read(call)
             except TimeoutError:
                 return _StreamEnd(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to register", False)
             if first is None:
@@ -595,8 +597,12 @@ class Agent:
                 await outbox.put(wire.status_update_call(status))
             next_due = self._updates.next_due()
             timeout = None if next_due is None else max(0.0, next_due - loop.time())
+            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation
+            # that comes as the event is set, and the session's end would then wait
+            # forever for this task.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._updates_changed.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._updates_changed.wait()
 
 
 def _bind_agent_id(agent_id: str | None) -> None:

@@ -356,9 +356,13 @@ class TaskRunner:
             stdout.close()
             stderr.close()
         # Our unreaped child, so its /proc entry is there to read.
-        start_time = process_start_time(t.process.pid)
+        t.start_time = process_start_time(t.process.pid)
+        # The pid on disk at once: a restarted agent must find the wrapper.
+        await self._checkpoint(t)
         ready = await _wait_ready(ready_read)
-        t.pid, t.start_time = t.process.pid, start_time
+        # Only now may a kill signal the group: before its handlers are in place,
+        # a SIGTERM would end the wrapper before it could record anything.
+        t.pid = t.process.pid
         if ready:
             t.started = time.time()
             t.state = t.live_state = TaskState.RUNNING
@@ -488,7 +492,8 @@ class TaskRunner:
         bound.info("sending SIGTERM to the task's process group")
         signal_group(pid, signal.SIGTERM)
         try:
-            await asyncio.wait_for(t.exited.wait(), self._grace)
+            async with asyncio.timeout(self._grace):
+                await t.exited.wait()
         except TimeoutError:
             bound.warning("task outlived its grace period; sending SIGKILL", grace=self._grace)
             t.sigkilled = True
@@ -582,7 +587,7 @@ def _checkpoint_record(t: _Task, final: TaskTransition | None) -> dict[str, Any]
             "environment": t.spec.environment,
         },
         "run_id": t.run_id,
-        "pid": t.pid,
+        "pid": t.process.pid if t.process is not None else t.pid,
         "pid_start_time": t.start_time,
         "started": t.started,
         "state": t.state.value,
@@ -631,9 +636,13 @@ def _task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> _Task:
         recovered=True,
         sandbox_ready=True,
     )
-    t.live_state = TaskState.RUNNING if pid is not None else TaskState.STARTING
-    if not t.state.is_terminal:
-        t.state = t.live_state
+    if t.state.is_terminal:
+        # Which live state came last is not recorded once the task ended.
+        t.live_state = TaskState.RUNNING if pid is not None else TaskState.STARTING
+    elif pid is None:
+        t.state = t.live_state = TaskState.STARTING
+    else:
+        t.live_state = t.state
     return t
 
 

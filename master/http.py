@@ -1,4 +1,4 @@
-"""Read-only HTTP views of the master: `GET /state` as JSON.
+"""Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus.
 
 The shape of /state is a contract that tools read; add fields, never rename.
 """
@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from prometheus_client.aiohttp import make_aiohttp_handler
 
 from master.master import Master
 from master.policies import DRFPolicy
@@ -142,4 +143,5 @@ def create_app(master: Master) -> web.Application:
     app = web.Application()
     app[MASTER_KEY] = master
     app.router.add_get("/state", _state)
+    app.router.add_get("/metrics", make_aiohttp_handler(master.metrics.registry))
     return app

@@ -31,6 +31,7 @@ from master import invariants
 from master import messages as msg
 from master.allocator import Allocator, RoleSettings
 from master.fair_share import ShareInput, compute_fair_shares
+from master.metrics import MasterMetrics
 from master.outbox import Outbox
 from master.policies import make_policy
 from master.registry import FrameworkEntry, Registry, TaskEntry
@@ -179,6 +180,7 @@ class Master:
         self.offers: dict[str, OutstandingOffer] = {}
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
+        self.metrics = MasterMetrics(self)
         self.invariant_violations: list[str] = []
         # Agents the registry lists that have not re-registered since the restart.
         self.recovering_agents: dict[str, list[TaskEntry]] = {}
@@ -502,6 +504,7 @@ class Master:
         self.registry.add_tasks(framework_id, agent_id, placed)
         for o in offers:
             self._drop_offer(o)
+        self.metrics.offers_accepted(len(offers))
         for spec in placed:
             task = Task(spec, framework_id, agent_id)
             framework.tasks[spec.task_id] = task
@@ -560,6 +563,7 @@ class Master:
         for o in offers:
             self._drop_offer(o)
             self.allocator.recover(framework_id, o.offer.agent_id, o.offer.resources, refuse)
+        self.metrics.offers_declined(len(offers))
         log.info(
             "offers declined",
             framework_id=framework_id,
@@ -728,6 +732,7 @@ class Master:
             outbox = self.frameworks[framework_id].outbox
             assert outbox is not None, "the allocator offers only to connected frameworks"
             outbox.send(msg.Offers(offers))
+        self.metrics.offers_made(len(decisions))
         return len(decisions)
 
     @_checked
@@ -735,6 +740,7 @@ class Master:
         o = self.offers.get(offer_id)
         if o is not None:
             log.info("offer timed out", offer_id=offer_id, framework_id=o.offer.framework_id)
+            self.metrics.offers_rescinded("timeout")
             self._rescind(o)
             self.request_allocation()
 
@@ -763,10 +769,12 @@ class Master:
 
     def _rescind_offers(self, framework: Framework, notify: bool = True) -> None:
         for offer_id in list(framework.offers):
+            self.metrics.offers_rescinded("framework_gone")
             self._rescind(self.offers[offer_id], notify)
 
     def _rescind_agent_offers(self, agent_id: str) -> None:
         for o in [o for o in self.offers.values() if o.offer.agent_id == agent_id]:
+            self.metrics.offers_rescinded("agent_lost")
             self._rescind(o)
 
     # Agents ----------------------------------------------------------------
@@ -1010,8 +1018,11 @@ class Master:
                 self._finish(task, status.state)
             else:
                 task.state = status.state
+        if task.status is not status:  # applied before this call: the agent retried it
+            self.metrics.update_retried()
         if framework is not None and framework.outbox is not None:
             framework.outbox.send(msg.Update(status))
+            self.metrics.update_forwarded(status.state)
 
     def _completed_task(self, framework: Framework, task_id: str) -> Task | None:
         return next((t for t in framework.completed if t.spec.task_id == task_id), None)

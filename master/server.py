@@ -89,7 +89,8 @@ class MasterServer:
                 )
             master.allocation_wanted.clear()
             try:
-                master.allocate()
+                with master.metrics.time_cycle():
+                    master.allocate()
             except Exception:
                 log.exception("allocation cycle failed")
 

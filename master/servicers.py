@@ -132,6 +132,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             else:
                 raise CallRejected("empty call")
         except (CallRejected, InvalidResources, ValueError) as e:
+            master.metrics.call_rejected(kind)
             log.warning(
                 "call rejected",
                 framework_id=framework_id,

@@ -1,22 +1,34 @@
-"""The `mesolite` command: run a master or an agent, a local demo, or read a master's state."""
+"""The `mesolite` command: run a master or an agent, a local demo, or look at a master
+(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py)."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
 import signal
 import socket
 import sys
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
 from master.policies import POLICIES
 from mesolite import logs
 from mesolite.resources import InvalidResources, Resources
+from mesolite.views import VIEWS, View
+
+# Output width when piped: wide enough that table rows are never wrapped.
+_WIDE_OUTPUT = 250
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -155,18 +167,58 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--work-dir", type=Path, default=Path("work-dirs/demo"))
     d.add_argument("--http-port", type=int, default=5051)
 
-    s = sub.add_parser("state", help="print a master's state")
-    s.add_argument("--master", default="127.0.0.1:5051", metavar="HOST:HTTP_PORT")
-    s.add_argument("--json", action="store_true", help="print the raw JSON")
+    x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
+    xs = x.add_subparsers(dest="experiment", required=True)
+    e = xs.add_parser(
+        "dynamic-sharing",
+        help="two jobs whose task sizes change in three phases, on 48 agents (logs at warning)",
+    )
+    e.add_argument("--policy", choices=(*POLICIES, "all"), default="drf")
+    e.add_argument(
+        "--minutes-per-phase",
+        type=_positive,
+        default=1 / 3,
+        metavar="F",
+        help="length of each phase (the paper's were 2; default 1/3: 20 s)",
+    )
+    e.add_argument("--out", type=Path, default=Path("docs/experiment"), metavar="DIR")
+    e.add_argument("--agents", type=int, default=48)
+    e.add_argument(
+        "--task-seconds", type=_positive, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX")
+    )
+    e.add_argument("--seed", type=int, default=1)
+
+    for name, view in VIEWS.items():
+        s = sub.add_parser(name, help=view.help)
+        s.add_argument(
+            "--master",
+            default="127.0.0.1:5051",
+            metavar="HOST:HTTP_PORT",
+            help="the master's HTTP address (its --http-port)",
+        )
+        s.add_argument("--json", action="store_true", help=f"print the raw JSON of {view.json}")
+        s.add_argument(
+            "--watch",
+            nargs="?",
+            const=2.0,
+            type=_positive,
+            metavar="SECONDS",
+            help="show it again every SECONDS (default 2) until Ctrl-C",
+        )
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.command == "state":
-        return _state(args)
+    if args.command in VIEWS:
+        return _show(args)
     logs.configure(json=args.log_json, level=args.log_level)
-    runners = {"master": _run_master, "agent": _run_agent, "demo": _run_demo}
+    runners = {
+        "master": _run_master,
+        "agent": _run_agent,
+        "demo": _run_demo,
+        "experiment": _run_experiment,
+    }
     try:
         return asyncio.run(runners[args.command](args))
     except KeyboardInterrupt:
@@ -257,65 +309,109 @@ async def _run_demo(args: argparse.Namespace) -> int:
     return await run_demo(args)
 
 
+async def _run_experiment(args: argparse.Namespace) -> int:
+    from mesolite import experiment
+
+    # Every offer at info level would drown the progress lines: warning unless debugging.
+    logs.configure(json=args.log_json, level="debug" if args.log_level == "debug" else "warning")
+    return await experiment.run(args)
+
+
+class MasterUnreachable(Exception):
+    """The master's `GET /state` could not be read; the message says why and what to do."""
+
+
 def _fetch_state(address: str) -> dict[str, Any]:
-    url = address if address.startswith("http") else f"http://{address}"
-    with urllib.request.urlopen(f"{url}/state", timeout=10) as response:
-        data: dict[str, Any] = json.load(response)
+    url = address if address.startswith(("http://", "https://")) else f"http://{address}"
+    not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
+    try:
+        with urllib.request.urlopen(f"{url}/state", timeout=10) as response:
+            data = json.load(response)
+    except urllib.error.HTTPError as e:
+        raise MasterUnreachable(
+            f"{url}/state answered {e.code} {e.reason}: {not_a_master}"
+        ) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        raise MasterUnreachable(
+            f"cannot reach the master at {address}: {reason}. Is it running? "
+            "Start one with `mesolite master`, or give its address with --master HOST:HTTP_PORT."
+        ) from None
+    except ValueError:  # not JSON, or not UTF-8
+        raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
+    if not isinstance(data, dict) or "cluster" not in data:
+        raise MasterUnreachable(f"{url}/state is not a master's state: {not_a_master}")
     return data
 
 
-def _fmt(resources: dict[str, float]) -> str:
-    return " ".join(f"{k}:{v:.10g}" for k, v in resources.items()) or "-"
+def _console() -> Console:
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or redirected: lines as long as the tables need, not wrapped at 80.
+        console = Console(width=_WIDE_OUTPUT)
+    return console
 
 
-def _state(args: argparse.Namespace) -> int:
+def _show(args: argparse.Namespace) -> int:
+    """`mesolite state|agents|frameworks|roles|tasks`: fetch /state and print one view."""
+    view = VIEWS[args.command]
+    if args.watch is not None:
+        return _watch(view, args)
     try:
-        state = _fetch_state(args.master)
-    except (urllib.error.URLError, OSError) as e:
-        print(f"cannot read state from {args.master}: {e}", file=sys.stderr)
+        with Console(stderr=True).status(f"reading the state of {args.master}"):
+            state = _fetch_state(args.master)
+    except MasterUnreachable as e:
+        print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(state, indent=2))
-        return 0
-    c = state["cluster"]
-    print(
-        f"master {state['master_id']}: {c['agents']} agents, {c['frameworks']} frameworks, "
-        f"{c['running_tasks']} tasks, {c['outstanding_offers']} offers outstanding"
-    )
-    print(
-        f"  total     {_fmt(c['total'])}\n  allocated {_fmt(c['allocated'])}\n"
-        f"  free      {_fmt(c['free'])}"
-    )
-    print("\nframeworks:")
-    for f in state["frameworks"]:
-        print(
-            f"  {f['id']}  {f['name']:<16} role={f['role']:<8} weight={f['weight']:g} "
-            f"share={f['dominant_share']:.3f} tasks={f['running_tasks']:<4} "
-            f"{'connected' if f['connected'] else 'DISCONNECTED'}  used {_fmt(f['used'])}"
-        )
-    if state.get("roles"):
-        print(
-            f"\nroles (policy {state.get('policy', 'drf')}; fair shares: steady / instantaneous):"
-        )
-        for r in state["roles"]:
-            depth = 0 if r["path"] == "*" else r["path"].count("/")
-            name = "  " * depth + r["path"].rsplit("/", 1)[-1]
-            limit = _fmt(r["limit"]) if r["limit"] is not None else "-"
-            print(
-                f"  {name:<16} weight={r['weight']:<4g} share={r['weighted_share']:.3f} "
-                f"{'active' if r['active'] else 'idle  '} allocated {_fmt(r['allocated'])}  "
-                f"guarantee {_fmt(r['guarantee'])}  limit {limit}\n"
-                f"  {'':<16} steady {_fmt(r['steady_fair_share'])}  "
-                f"instantaneous {_fmt(r['instantaneous_fair_share'])}"
-            )
-    print("\nagents:")
-    for a in state["agents"]:
-        print(
-            f"  {a['id']}  {a['hostname']:<16} {'healthy' if a['healthy'] else 'UNHEALTHY'} "
-            f"tasks={a['running_tasks']:<4} total {_fmt(a['total'])}  "
-            f"allocated {_fmt(a['allocated'])}"
-        )
+        print(json.dumps(view.part(state), indent=2))
+    else:
+        _print(_console(), view.render(state))
     return 0
+
+
+def _print(console: Console, renderable: RenderableType) -> None:
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:  # piped: no padding at the ends of lines
+        console.print(renderable)
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()), flush=True)
+
+
+def _watch(view: View, args: argparse.Namespace) -> int:
+    """Show the view again every `--watch` seconds until Ctrl-C: live on a terminal,
+    one snapshot after another when piped, and one JSON document a line with --json."""
+    console, every = _console(), args.watch
+
+    def frame() -> RenderableType:
+        try:
+            state = _fetch_state(args.master)
+        except MasterUnreachable as e:
+            return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
+        footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
+        return Group(view.render(state), Text(footer, style="dim"))
+
+    try:
+        if args.json:
+            while True:
+                try:
+                    print(json.dumps(view.part(_fetch_state(args.master))), flush=True)
+                except MasterUnreachable as e:
+                    print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
+                time.sleep(every)
+        elif console.is_terminal:
+            waiting = Spinner("dots", f"reading the state of {args.master}")
+            with Live(waiting, console=console, auto_refresh=True) as live:
+                while True:
+                    live.update(frame(), refresh=True)
+                    time.sleep(every)
+        else:
+            while True:
+                _print(console, Group(frame(), Text()))
+                time.sleep(every)
+    except KeyboardInterrupt:
+        return 0
 
 
 if __name__ == "__main__":

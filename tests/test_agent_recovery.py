@@ -89,6 +89,12 @@ def checkpoint(sandbox: Path) -> dict[str, Any]:
     return record
 
 
+async def wait_checkpointed(sandbox: Path, state: str) -> dict[str, Any]:
+    """The checkpoint once it says `state`: it follows the reported transition."""
+    await wait_for_condition(lambda: checkpoint(sandbox)["state"] == state, what=state)
+    return checkpoint(sandbox)
+
+
 @pytest.fixture
 def recorder() -> Recorder:
     return Recorder()
@@ -156,8 +162,8 @@ async def test_task_that_ended_while_the_agent_was_down_reports_its_exit_code(
         "command exited with status 3",
         "run-1",
     )
-    record = checkpoint(sandbox)
-    assert (record["state"], record["exit_code"]) == ("TASK_FAILED", 3)
+    record = await wait_checkpointed(sandbox, "TASK_FAILED")
+    assert record["exit_code"] == 3
     # Until its end is acknowledged, the master is told about it on registration.
     assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.RUNNING)]
     runner.acknowledged_end(FW, "t1", "another-run")
@@ -288,7 +294,7 @@ async def test_a_live_task_is_reattached_and_its_end_is_seen(
     final = await recorder.wait_final("t1")
     assert (final.state, final.exit_code) == (TaskState.FAILED, 4)
     assert recorder.states("t1") == [TaskState.FAILED]  # no second RUNNING
-    assert checkpoint(sandbox)["state"] == "TASK_FAILED"
+    await wait_checkpointed(sandbox, "TASK_FAILED")
 
 
 async def test_a_reattached_task_can_be_killed(

@@ -97,6 +97,8 @@ async def test_finished_task_captures_output_and_checkpoint(
     sandbox = runner.sandbox_path(FW, "t1")
     assert (sandbox / "stdout").read_text() == "hello\n"
     assert (sandbox / "stderr").read_text() == "oops\n"
+    # Checkpointed once the end is reported (and, in the agent, journaled).
+    await wait_for_condition(lambda: "exit_code" in checkpoint(runner, "t1"), what="the end")
     record = checkpoint(runner, "t1")
     assert record["framework_id"] == FW
     assert record["state"] == "TASK_FINISHED"
@@ -168,6 +170,9 @@ async def test_kill_escalates_to_sigkill_after_grace(
     runner.launch(FW, task("t1", "trap '' TERM; echo ready; sleep 30"))
     stdout = runner.sandbox_path(FW, "t1") / "stdout"
     await wait_for_condition(lambda: stdout.exists() and "ready" in stdout.read_text())
+    await wait_for_condition(
+        lambda: checkpoint(runner, "t1")["state"] == "TASK_RUNNING", what="the checkpoint"
+    )
     pid = checkpoint(runner, "t1")["pid"]
     assert isinstance(pid, int)
 

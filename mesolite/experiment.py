@@ -1,0 +1,681 @@
+"""`mesolite experiment dynamic-sharing`: the DRF paper's Mesos experiment, on mesolite.
+
+The DRF paper (Ghodsi et al., NSDI 2011, "Dynamic Resource Sharing") ran two jobs on a
+48-node Mesos cluster, each node offering 4 CPUs and 14 GB, for three 2-minute phases in
+which the jobs' task sizes change:
+
+    phase 1   job1 <1 CPU, 10 GB>   job2 <1 CPU, 1 GB>
+    phase 2   job1 <2 CPUs, 4 GB>   job2 <1 CPU, 3 GB>
+    phase 3   job1 <1 CPU, 7 GB>    job2 <1 CPU, 4 GB>
+
+and plotted each job's CPU, memory and dominant share over time. Here one master and 48
+agents run in this process over real gRPC on 127.0.0.1, the two jobs are in-process
+frameworks (`mesolite._phased_job.PhasedJob`) whose tasks are real `sleep` processes,
+and time is scaled down (20 s phases by default). Every `sample_interval` the master's
+state gives each job's shares of what its *tasks* hold (offers not counted).
+
+For each phase the average over its second half (allocations have shifted by then) is
+printed next to two references computed from the demands alone:
+
+* the fractional equilibrium of the policy (`master.drf_reference`: `drf` for DRF,
+  `asset_fairness` for asset fairness; slot fair sharing is progressive filling on slot
+  counts, which is weighted DRF with weight = dominant share / slots per task);
+* the best whole-task packing: over every way of placing whole tasks on the 48 separate
+  agents, the one that maximises the lower of the two jobs' shares (then the higher).
+  The fractional equilibrium splits tasks across machines; this is what can really be
+  reached, so the gap between the two is fragmentation, not the allocator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import csv
+import dataclasses
+import math
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+from agent import Agent
+from master.drf_reference import FairAllocation, asset_fairness, drf
+from master.master import MasterConfig
+from master.policies import POLICIES, make_policy
+from master.policies.slots import DEFAULT_SLOT
+from master.server import MasterServer
+from mesolite._phased_job import PhasedJob
+from mesolite.resources import EMPTY, Resources
+
+AGENT_RESOURCES = Resources(cpus=4, mem=14336)  # the paper's 4 CPUs and 14 GB per node
+JOBS = ("job1", "job2")
+# Per-task demand of (job1, job2) in each phase, as in the paper.
+PAPER_PHASES: tuple[tuple[Resources, Resources], ...] = (
+    (Resources(cpus=1, mem=10240), Resources(cpus=1, mem=1024)),
+    (Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)),
+    (Resources(cpus=1, mem=7168), Resources(cpus=1, mem=4096)),
+)
+CSV_FIELDS = ("time_s", "phase", "job", "cpu_share", "mem_share", "dominant_share", "tasks")
+DEFAULT_OUT = Path("docs/experiment")
+
+
+@dataclass(frozen=True, slots=True)
+class ExperimentConfig:
+    policy: str = "drf"
+    agents: int = 48
+    agent_resources: Resources = AGENT_RESOURCES
+    phases: tuple[tuple[Resources, Resources], ...] = PAPER_PHASES
+    phase_seconds: float = 20.0
+    task_seconds: tuple[float, float] = (1.0, 3.0)
+    sample_interval: float = 0.5
+    seed: int = 1
+    progress_every: float = 5.0  # seconds between progress lines; 0: none
+
+    @property
+    def cluster(self) -> Resources:
+        total = EMPTY
+        for _ in range(self.agents):
+            total = total + self.agent_resources
+        return total
+
+    @property
+    def duration(self) -> float:
+        return self.phase_seconds * len(self.phases)
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    time_s: float
+    phase: int  # 1-based
+    job: str
+    cpu_share: float
+    mem_share: float
+    dominant_share: float
+    tasks: int
+
+
+@dataclass(slots=True)
+class RunResult:
+    config: ExperimentConfig
+    samples: list[Sample] = field(default_factory=list)
+    launched: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+
+
+# -- references computed from the demands ---------------------------------------------------
+
+
+def _vector(resources: Resources) -> dict[str, float]:
+    return dict(resources)
+
+
+def equilibrium(policy: str, cluster: Resources, demands: Sequence[Resources]) -> FairAllocation:
+    """The policy's fractional equilibrium for jobs `JOBS` with per-task `demands`.
+
+    Tasks are divisible and the cluster is one pool, as in the DRF paper's analysis.
+    """
+    capacity = _vector(cluster)
+    users = {job: _vector(d) for job, d in zip(JOBS, demands, strict=True)}
+    if policy == "drf":
+        return drf(capacity, users)
+    if policy == "asset":
+        return asset_fairness(capacity, users)
+    if policy == "slots":
+        # Slot fair sharing raises every job's slot count at the same rate: progressive
+        # filling on slots per task, i.e. weighted DRF with weight dominant/slots per task
+        # (the slot policy's rounding up of a job's total is ignored: divisible tasks).
+        slot = _vector(DEFAULT_SLOT)
+        weights = {}
+        for job, d in users.items():
+            dominant = max(Fraction(repr(a)) / Fraction(repr(capacity[r])) for r, a in d.items())
+            slots = max(Fraction(repr(d.get(r, 0.0))) / Fraction(repr(s)) for r, s in slot.items())
+            weights[job] = dominant / slots
+        return drf(capacity, users, weights=weights)
+    raise ValueError(f"unknown policy {policy!r}")
+
+
+def best_packing(
+    policy: str, agent: Resources, agents: int, demands: Sequence[Resources]
+) -> tuple[int, int]:
+    """Whole tasks of two jobs on `agents` separate agents that maximise the lower policy share.
+
+    Among all placements (each agent holding whatever whole tasks fit in it), the task
+    counts (n1, n2) whose lower share under `policy` is highest, ties going to the
+    higher other share: the best any allocator could do with whole tasks.
+    """
+    d1, d2 = demands
+    configs: list[tuple[int, int]] = []
+    n1 = 0
+    while agent.contains(_times(d1, n1)):
+        n2 = 0
+        while agent.contains(_times(d1, n1) + _times(d2, n2 + 1)):
+            n2 += 1
+        configs.append((n1, n2))  # the most job2 tasks that fit beside n1 of job1
+        n1 += 1
+    # most[x] = the most job2 tasks the agents so far can hold beside exactly x of job1.
+    most: dict[int, int] = {0: 0}
+    for _ in range(agents):
+        step: dict[int, int] = {}
+        for x, y in most.items():
+            for c1, c2 in configs:
+                if step.get(x + c1, -1) < y + c2:
+                    step[x + c1] = y + c2
+        most = step
+    share = make_policy(policy).share
+    total = _times(agent, agents)
+
+    def rank(point: tuple[int, int]) -> tuple[float, float]:
+        s = sorted((share(_times(d1, point[0]), total), share(_times(d2, point[1]), total)))
+        return (s[0], s[1])
+
+    return max(most.items(), key=rank)
+
+
+def _times(resources: Resources, n: int) -> Resources:
+    return Resources({name: amount * n for name, amount in resources.items()})
+
+
+def dominant_share(resources: Resources, cluster: Resources) -> float:
+    return max(resources.shares(cluster).values(), default=0.0)
+
+
+# -- the run -----------------------------------------------------------------------------------
+
+
+async def run_dynamic_sharing(
+    config: ExperimentConfig, work_dir: Path, out: Callable[[str], None] = print
+) -> RunResult:
+    """Run the experiment on a fresh cluster; agents keep their sandboxes under `work_dir`."""
+    result = RunResult(config)
+    server = MasterServer(
+        MasterConfig(
+            allocation_interval=0.5,
+            agent_heartbeat_interval=1.0,
+            policy=config.policy,
+            seed=config.seed,
+        ),
+        "127.0.0.1",
+        port=0,
+        http_port=0,
+    )
+    jobs = [
+        PhasedJob(
+            name,
+            [phase[i] for phase in config.phases],
+            config.task_seconds,
+            seed=config.seed * 1000 + i,
+        )
+        for i, name in enumerate(JOBS)
+    ]
+    agents: list[Agent] = []
+    runs: list[asyncio.Task[None]] = []
+    await server.start()
+    try:
+        master = server.master
+        assert master is not None
+        # Both jobs subscribe before there is anything to offer: no head start.
+        runs = [asyncio.create_task(job.run(server.grpc_address)) for job in jobs]
+        await _wait_for(lambda: all(job.connected for job in jobs), 30, "the jobs to subscribe")
+        for i in range(config.agents):
+            agent = Agent(
+                server.grpc_address,
+                config.agent_resources,
+                work_dir / f"agent{i + 1}",
+                hostname=f"agent{i + 1}",
+                kill_grace_period=1.0,
+            )
+            await agent.__aenter__()
+            agents.append(agent)
+        async with asyncio.timeout(60):
+            await asyncio.gather(*(agent.wait_registered() for agent in agents))
+        total = master.allocator.total
+        out(
+            f"dynamic sharing, policy {config.policy}: {config.agents} agents of "
+            f"{_fmt_resources(config.agent_resources)} (cluster {_fmt_resources(total)}), "
+            f"{len(config.phases)} phases of {config.phase_seconds:g}s, tasks of "
+            f"{config.task_seconds[0]:g}-{config.task_seconds[1]:g}s"
+        )
+        await _sample(config, master_usage(server, jobs), jobs, total, result, out)
+    finally:
+        for job, run in zip(jobs, runs, strict=False):
+            result.launched[job.name] = job.stats.launched
+            result.failed[job.name] = job.stats.failed
+            if job.connected:
+                with contextlib.suppress(Exception):
+                    await job.teardown()  # the master kills its tasks
+            await job.stop()
+            with contextlib.suppress(Exception):
+                await run
+        await asyncio.gather(*(agent.__aexit__(None, None, None) for agent in agents))
+        await server.stop(grace=0.5)
+    return result
+
+
+def master_usage(
+    server: MasterServer, jobs: Sequence[PhasedJob]
+) -> Callable[[], dict[str, tuple[Resources, int]]]:
+    """What each job's tasks hold on the master right now (outstanding offers left out)."""
+
+    def usage() -> dict[str, tuple[Resources, int]]:
+        master = server.master
+        assert master is not None
+        held: dict[str, tuple[Resources, int]] = {}
+        for job in jobs:
+            framework = master.frameworks.get(job.framework_id or "")
+            tasks = framework.tasks.values() if framework else ()
+            used = EMPTY
+            for task in tasks:
+                used = used + task.spec.resources
+            held[job.name] = (used, len(tasks))
+        return held
+
+    return usage
+
+
+async def _sample(
+    config: ExperimentConfig,
+    usage: Callable[[], dict[str, tuple[Resources, int]]],
+    jobs: Sequence[PhasedJob],
+    total: Resources,
+    result: RunResult,
+    out: Callable[[str], None],
+) -> None:
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    phase = 0
+    tick = 0
+    printed = -math.inf
+    while (elapsed := tick * config.sample_interval) <= config.duration + 1e-9:
+        await asyncio.sleep(max(0.0, started + elapsed - loop.time()))
+        now = loop.time() - started
+        current = min(int(now // config.phase_seconds), len(config.phases) - 1)
+        if current != phase and now < config.duration:
+            phase = current
+            for job in jobs:
+                await job.set_phase(phase)
+            out(
+                f"[{now:5.1f}s] phase {phase + 1}: "
+                + ", ".join(f"{job.name} tasks now {_fmt_resources(job.demand)}" for job in jobs)
+            )
+        held = usage()
+        line = []
+        for job in jobs:
+            used, count = held[job.name]
+            shares = used.shares(total)
+            sample = Sample(
+                time_s=round(now, 3),
+                phase=phase + 1,
+                job=job.name,
+                cpu_share=shares.get("cpus", 0.0),
+                mem_share=shares.get("mem", 0.0),
+                dominant_share=dominant_share(used, total),
+                tasks=count,
+            )
+            result.samples.append(sample)
+            line.append(
+                f"{job.name}: {count:3d} tasks cpu {sample.cpu_share:4.0%} "
+                f"mem {sample.mem_share:4.0%} dominant {sample.dominant_share:4.0%}"
+            )
+        if config.progress_every and now - printed >= config.progress_every - 1e-9:
+            out(f"[{now:5.1f}s] " + "   |   ".join(line))
+            printed = now
+        tick += 1
+
+
+async def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+# -- analysis ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseRow:
+    """One job in one phase: measured averages next to the references."""
+
+    phase: int
+    job: str
+    demand: Resources
+    samples: int
+    tasks: float
+    cpu_share: float
+    mem_share: float
+    dominant_share: float
+    eq_tasks: float
+    eq_cpu_share: float
+    eq_mem_share: float
+    eq_dominant_share: float
+    packed_tasks: int
+    packed_dominant_share: float
+
+    @property
+    def difference_pp(self) -> float:
+        """Measured minus equilibrium dominant share, in percentage points."""
+        return 100 * (self.dominant_share - self.eq_dominant_share)
+
+    @property
+    def packing_gap_pp(self) -> float:
+        """Best whole-task packing minus equilibrium dominant share, in percentage points."""
+        return 100 * (self.packed_dominant_share - self.eq_dominant_share)
+
+
+def phase_rows(config: ExperimentConfig, samples: Iterable[Sample]) -> list[PhaseRow]:
+    """Per phase and job: averages over the phase's second half, with the references."""
+    cluster = config.cluster
+    by_key: dict[tuple[int, str], list[Sample]] = {}
+    for s in samples:
+        start = (s.phase - 1) * config.phase_seconds
+        if start + config.phase_seconds / 2 <= s.time_s < start + config.phase_seconds:
+            by_key.setdefault((s.phase, s.job), []).append(s)
+    rows: list[PhaseRow] = []
+    for p, demands in enumerate(config.phases, start=1):
+        eq = equilibrium(config.policy, cluster, demands)
+        packed = best_packing(config.policy, config.agent_resources, config.agents, demands)
+        for job, demand, n in zip(JOBS, demands, packed, strict=True):
+            got = by_key.get((p, job), [])
+            count = max(len(got), 1)
+            shares = {r: float(a / eq.capacity[r]) for r, a in eq.allocation(job).items()}
+            rows.append(
+                PhaseRow(
+                    phase=p,
+                    job=job,
+                    demand=demand,
+                    samples=len(got),
+                    tasks=sum(s.tasks for s in got) / count,
+                    cpu_share=sum(s.cpu_share for s in got) / count,
+                    mem_share=sum(s.mem_share for s in got) / count,
+                    dominant_share=sum(s.dominant_share for s in got) / count,
+                    eq_tasks=float(eq.tasks[job]),
+                    eq_cpu_share=shares.get("cpus", 0.0),
+                    eq_mem_share=shares.get("mem", 0.0),
+                    eq_dominant_share=float(eq.dominant_shares[job]),
+                    packed_tasks=n,
+                    packed_dominant_share=dominant_share(_times(demand, n), cluster),
+                )
+            )
+    return rows
+
+
+def format_table(config: ExperimentConfig, rows: Sequence[PhaseRow]) -> str:
+    reference = {
+        "drf": "DRF equilibrium (master.drf_reference.drf)",
+        "asset": "asset-fairness equilibrium (master.drf_reference.asset_fairness)",
+        "slots": "slot-fair-sharing equilibrium (progressive filling on slots)",
+    }[config.policy]
+    half = config.phase_seconds / 2
+    lines = [
+        f"policy {config.policy}: averages over the second half of each phase, "
+        f"next to the {reference}",
+        "  'diff' is measured minus equilibrium dominant share; 'packing' is the best "
+        "whole-task placement on the separate agents.",
+    ]
+    header = (
+        f"  {'job':<5} {'task':<15} | {'measured: tasks':>15} {'cpu':>6} {'mem':>6} "
+        f"{'dominant':>8} | {'equilibrium: tasks':>18} {'cpu':>6} {'mem':>6} {'dominant':>8} "
+        f"| {'diff':>8} | {'packing':>13}"
+    )
+    for p in range(1, len(config.phases) + 1):
+        start = (p - 1) * config.phase_seconds
+        lines.append(
+            f"phase {p} ({start:g}-{start + config.phase_seconds:g}s, averaged over "
+            f"{start + half:g}-{start + config.phase_seconds:g}s)"
+        )
+        lines.append(header)
+        for r in (r for r in rows if r.phase == p):
+            lines.append(
+                f"  {r.job:<5} {_fmt_resources(r.demand):<15} | {r.tasks:>15.1f} "
+                f"{r.cpu_share:>6.1%} {r.mem_share:>6.1%} {r.dominant_share:>8.1%} | "
+                f"{r.eq_tasks:>18.1f} {r.eq_cpu_share:>6.1%} {r.eq_mem_share:>6.1%} "
+                f"{r.eq_dominant_share:>8.1%} | {r.difference_pp:>+6.1f}pp | "
+                f"{r.packed_tasks:>3d} = {r.packed_dominant_share:>5.1%}"
+            )
+    return "\n".join(lines)
+
+
+def _fmt_resources(r: Resources) -> str:
+    cpus = r.get_amount("cpus")
+    mem = r.get_amount("mem") / 1024
+    return f"<{cpus:g} CPU{'s' if cpus != 1 else ''}, {mem:g} GB>"
+
+
+# -- files ------------------------------------------------------------------------------------
+
+
+def write_csv(path: Path, samples: Iterable[Sample]) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(CSV_FIELDS)
+        for s in samples:
+            writer.writerow(
+                [
+                    f"{s.time_s:.3f}",
+                    s.phase,
+                    s.job,
+                    f"{s.cpu_share:.5f}",
+                    f"{s.mem_share:.5f}",
+                    f"{s.dominant_share:.5f}",
+                    s.tasks,
+                ]
+            )
+
+
+def read_csv(path: Path) -> list[Sample]:
+    with path.open(newline="") as f:
+        return [
+            Sample(
+                time_s=float(row["time_s"]),
+                phase=int(row["phase"]),
+                job=row["job"],
+                cpu_share=float(row["cpu_share"]),
+                mem_share=float(row["mem_share"]),
+                dominant_share=float(row["dominant_share"]),
+                tasks=int(row["tasks"]),
+            )
+            for row in csv.DictReader(f)
+        ]
+
+
+_COLORS = {"job1": "tab:blue", "job2": "tab:orange"}
+
+
+def plot_run(path: Path, config: ExperimentConfig, samples: Sequence[Sample]) -> None:
+    """The paper's figure: CPU, memory and dominant share of both jobs over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cluster = config.cluster
+    fig, axes = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
+    panels = (
+        ("cpu_share", "CPU share"),
+        ("mem_share", "memory share"),
+        ("dominant_share", "dominant share"),
+    )
+    for ax, (attr, label) in zip(axes, panels, strict=True):
+        for job in JOBS:
+            points = [s for s in samples if s.job == job]
+            ax.plot(
+                [s.time_s for s in points],
+                [getattr(s, attr) for s in points],
+                color=_COLORS[job],
+                label=job,
+                linewidth=1.4,
+            )
+        ax.set_ylabel(label)
+        ax.set_ylim(0, 1)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.grid(alpha=0.3)
+        _mark_phases(ax, config)
+    # The equilibrium's dominant shares, phase by phase, dashed.
+    for p, demands in enumerate(config.phases):
+        eq = equilibrium(config.policy, cluster, demands)
+        start = p * config.phase_seconds
+        for job in JOBS:
+            axes[2].hlines(
+                float(eq.dominant_shares[job]),
+                start,
+                start + config.phase_seconds,
+                colors=_COLORS[job],
+                linestyles="dashed",
+                linewidth=0.9,
+            )
+    axes[0].legend(loc="upper right")
+    axes[0].set_title(
+        f"Dynamic sharing under {config.policy}: {config.agents} agents of 4 CPUs, 14 GB\n"
+        f"(dashed: the {config.policy} equilibrium of each phase)",
+        fontsize=10,
+    )
+    axes[2].set_xlabel("time (s)")
+    axes[2].set_xlim(0, config.duration)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_comparison(
+    path: Path, config: ExperimentConfig, runs: Mapping[str, Sequence[Sample]]
+) -> None:
+    """Dominant shares of both jobs under each policy, one panel per policy."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.6 * len(runs)), sharex=True)
+    axes_list = list(axes) if len(runs) > 1 else [axes]
+    for ax, (policy, samples) in zip(axes_list, runs.items(), strict=True):
+        for job in JOBS:
+            points = [s for s in samples if s.job == job]
+            ax.plot(
+                [s.time_s for s in points],
+                [s.dominant_share for s in points],
+                color=_COLORS[job],
+                label=job,
+                linewidth=1.4,
+            )
+        for p, demands in enumerate(config.phases):
+            eq = equilibrium("drf", config.cluster, demands)
+            start = p * config.phase_seconds
+            for job in JOBS:
+                ax.hlines(
+                    float(eq.dominant_shares[job]),
+                    start,
+                    start + config.phase_seconds,
+                    colors=_COLORS[job],
+                    linestyles="dashed",
+                    linewidth=0.9,
+                )
+        ax.set_ylabel(f"{policy}\ndominant share")
+        ax.set_ylim(0, 1)
+        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+        ax.grid(alpha=0.3)
+        _mark_phases(ax, config)
+    axes_list[0].legend(loc="upper right")
+    axes_list[0].set_title(
+        "Dominant shares under each policy (dashed: the DRF equilibrium)", fontsize=10
+    )
+    axes_list[-1].set_xlabel("time (s)")
+    axes_list[-1].set_xlim(0, config.duration)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _mark_phases(ax: object, config: ExperimentConfig) -> None:
+    from matplotlib.axes import Axes
+
+    assert isinstance(ax, Axes)
+    for p in range(1, len(config.phases)):
+        ax.axvline(p * config.phase_seconds, color="grey", linestyle=":", linewidth=1)
+
+
+# -- entry point ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Written:
+    csv: Path
+    figure: Path
+    rows: list[PhaseRow]
+
+
+async def run_and_write(
+    config: ExperimentConfig, out_dir: Path, out: Callable[[str], None] = print
+) -> Written:
+    """Run one policy, print its phase table, and write its CSV and figure to `out_dir`."""
+    work_dir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="mesolite-experiment-"))
+    try:
+        result = await run_dynamic_sharing(config, work_dir, out)
+    finally:
+        await asyncio.to_thread(shutil.rmtree, work_dir, True)
+    rows = phase_rows(config, result.samples)
+    out("")
+    out(format_table(config, rows))
+    launched = ", ".join(f"{job} {n}" for job, n in result.launched.items())
+    failed = sum(result.failed.values())
+    out(f"tasks launched: {launched}; ended other than finished (killed at the end): {failed}")
+    stem = out_dir / f"dynamic-sharing-{config.policy}"
+    written = Written(stem.with_suffix(".csv"), stem.with_suffix(".png"), rows)
+    await asyncio.to_thread(_write_outputs, written, config, result.samples)
+    return written
+
+
+def _write_outputs(written: Written, config: ExperimentConfig, samples: Sequence[Sample]) -> None:
+    written.csv.parent.mkdir(parents=True, exist_ok=True)
+    write_csv(written.csv, samples)
+    plot_run(written.figure, config, samples)
+
+
+def comparison(out_dir: Path, config: ExperimentConfig) -> Path | None:
+    """Draw the comparison figure from the CSVs of every policy in `out_dir`, if all exist."""
+    paths = {p: out_dir / f"dynamic-sharing-{p}.csv" for p in POLICIES}
+    if not all(path.exists() for path in paths.values()):
+        return None
+    figure = out_dir / "dynamic-sharing-comparison.png"
+    plot_comparison(figure, config, {p: read_csv(path) for p, path in paths.items()})
+    return figure
+
+
+async def run(args: argparse.Namespace) -> int:
+    """`mesolite experiment dynamic-sharing`."""
+    if args.agents < 1:
+        print("--agents must be at least 1", file=sys.stderr)
+        return 2
+    low, high = args.task_seconds
+    if not 0 < low <= high:
+        print("--task-seconds MIN MAX needs 0 < MIN <= MAX", file=sys.stderr)
+        return 2
+    policies = POLICIES if args.policy == "all" else (args.policy,)
+    base = ExperimentConfig(
+        agents=args.agents,
+        phase_seconds=args.minutes_per_phase * 60,
+        task_seconds=(low, high),
+        seed=args.seed,
+    )
+    out_dir: Path = args.out
+    files: list[Path] = []
+    for policy in policies:
+        config = dataclasses.replace(base, policy=policy)
+        written = await run_and_write(config, out_dir)
+        files += [written.csv, written.figure]
+        print()
+    figure = await asyncio.to_thread(comparison, out_dir, base)
+    if figure is not None:
+        files.append(figure)
+    print("wrote " + ", ".join(str(f) for f in files))
+    if figure is None:
+        print(
+            "(the comparison figure needs a run of every policy in "
+            f"{out_dir}: --policy all runs them in turn)"
+        )
+    return 0
