@@ -28,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -246,11 +246,6 @@ class _Marker:
 _RESET = _Marker()
 _BARRIER = _Marker()
 _Item = Record | _Marker
-
-
-def pending_by_task(updates: Iterable[PendingUpdate]) -> dict[tuple[str, str], PendingUpdate]:
-    """Each task's last journaled update."""
-    return {(u.status.framework_id, u.status.task_id): u for u in updates}
 
 
 def _record_to_json(record: Record) -> dict[str, Any]:

@@ -4,7 +4,9 @@ tasks the master launches over it.
 What the master can rely on:
 
 * The first message on every stream is `register`: an empty agent id when the
-  agent is new; otherwise the id it was given, with the tasks it still runs.
+  agent is new; otherwise the id it was given, with the tasks it still runs
+  and, in their last live state, those whose terminal update is not yet
+  acknowledged (left out if they would not fit in the agent's resources).
   After `registered` the agent sends a heartbeat every heartbeat interval.
 * Every task transition becomes a status update with a fresh `update_id`,
   source AGENT. Per task, only the oldest unacknowledged update is in flight;
@@ -27,7 +29,7 @@ Everything it needs is in its work dir:
     sandboxes/<framework_id>/<task_id>/{task.json,exit.json,stdout,stderr}
                              one per task (`agent.tasks`)
 
-Each update is journaled (fsynced) before it is first sent. A tasks outlives
+Each update is journaled (fsynced) before it is first sent. A task outlives
 the agent under its wrapper process, which records the command's exit status.
 On start, before registering, the agent reads its id back, replays the journal
 and recovers its tasks (re-attaching to those still running, reporting how the

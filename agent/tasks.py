@@ -357,8 +357,12 @@ class TaskRunner:
             stderr.close()
         # Our unreaped child, so its /proc entry is there to read.
         t.start_time = process_start_time(t.process.pid)
-        # The pid on disk at once: a restarted agent must find the wrapper.
-        await self._checkpoint(t)
+        try:
+            # The pid on disk at once: a restarted agent must find the wrapper.
+            await self._checkpoint(t)
+        except BaseException:
+            os.close(ready_read)
+            raise
         ready = await _wait_ready(ready_read)
         # Only now may a kill signal the group: before its handlers are in place,
         # a SIGTERM would end the wrapper before it could record anything.
@@ -383,6 +387,11 @@ class TaskRunner:
             return self._transition(t, state, "the agent stopped while the task was starting")
         if t.start_time is not None and is_alive(t.pid, t.start_time):
             bound.info("re-attached to a running task")
+            if t.live_state is TaskState.STARTING:
+                # The previous agent died before it could say so.
+                t.state = t.live_state = TaskState.RUNNING
+                await self._checkpoint(t)
+                self._report(self._transition(t, TaskState.RUNNING))
             if t.kill_requested:
                 bound.info("resuming the kill that was under way")
                 self._start_escalation(t)

@@ -140,7 +140,9 @@ class Framework:
                 delay = backoff.next_delay()
                 self._log.info("reconnecting", master=master, delay=round(delay, 3))
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), delay)
+                    # Not wait_for: on Python 3.11 it can swallow a cancellation.
+                    async with asyncio.timeout(delay):
+                        await self._stop.wait()
         finally:
             self._run_task = None
             # Cleared here, not on entry, so that a stop() racing a starting run() wins.

@@ -843,8 +843,12 @@ class Master:
             if key not in reported:
                 self._terminate(task, TaskState.LOST, "the agent does not know this task")
         for rt in running:
-            if (rt.framework_id, rt.task.task_id) not in agent.tasks:
-                self._adopt_task(agent, rt)
+            if (rt.framework_id, rt.task.task_id) in agent.tasks:
+                continue
+            framework = self.frameworks.get(rt.framework_id)
+            if framework is not None and self._completed_task(framework, rt.task.task_id):
+                continue  # its end was applied; the agent still awaits the acknowledgement
+            self._adopt_task(agent, rt)
         self.allocator.activate_agent(agent.agent_id)
         log.info("agent re-registered", agent_id=agent.agent_id, tasks=len(running))
 

@@ -83,10 +83,11 @@ class MasterServer:
         # resources (the master sets `allocation_wanted`); everything that
         # happened since the last cycle is batched into the next one.
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can swallow a
+            # cancellation that lands as the event is set, and stop() would hang.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(
-                    master.allocation_wanted.wait(), self.config.allocation_interval
-                )
+                async with asyncio.timeout(self.config.allocation_interval):
+                    await master.allocation_wanted.wait()
             master.allocation_wanted.clear()
             try:
                 with master.metrics.time_cycle():

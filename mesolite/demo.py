@@ -164,7 +164,8 @@ async def _watch(server: MasterServer, total: Resources, duration: float) -> Non
             print(line, flush=True)
             last, printed_at = line, elapsed
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stop.wait(), 1.0)
+            async with asyncio.timeout(1.0):
+                await stop.wait()
     print("\naverage dominant share over the run (DRF equalises these, up to one task):")
     for name, values in samples.items():
         print(f"  {name:<13} {sum(values) / max(len(values), 1):.1%}")

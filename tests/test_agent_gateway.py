@@ -435,3 +435,27 @@ async def test_stop_kills_tasks_and_delivers_their_final_updates(
     assert master.states("t1")[-1] is TaskState.KILLED
     assert master.stream.half_closed
     await wait_for_condition(lambda: not group_alive(pid), what="the task's processes to die")
+
+
+async def test_ended_task_is_reregistered_until_its_end_is_acknowledged(
+    master: FakeMaster, start_agent: StartAgent
+) -> None:
+    master.should_ack = lambda status: status.state is not TaskState.FINISHED
+    await start_agent(stop_timeout=0.1)  # nothing will be acknowledged at stop either
+    master.launch(task("done", "true", cpus=1.5))
+    await master.wait_state("done", TaskState.FINISHED)
+
+    master.end_stream()
+    register = (await master.wait_streams(2)).register
+    # The master may not have heard of the end: told of the task, it does not
+    # mark it lost, and the re-sent FINISHED says how it ended.
+    [ended] = [convert.running_task_from_proto(t) for t in register.tasks]
+    assert (ended.task.task_id, ended.state) == ("done", TaskState.RUNNING)
+
+    # A master that heard of the end may give its resources to another task;
+    # then reporting it would claim more than the agent has, so it is left out.
+    master.launch(task("next", "sleep 30", cpus=1.5))
+    await master.wait_state("next", TaskState.RUNNING)
+    master.end_stream()
+    register = (await master.wait_streams(3)).register
+    assert [t.task.task_id for t in register.tasks] == ["next"]

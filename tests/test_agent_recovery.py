@@ -297,6 +297,25 @@ async def test_a_live_task_is_reattached_and_its_end_is_seen(
     await wait_checkpointed(sandbox, "TASK_FAILED")
 
 
+async def test_a_live_task_caught_starting_is_reported_running(
+    runner: TaskRunner, recorder: Recorder, live_task: StartWrapper, tmp_path: Path
+) -> None:
+    # The agent died after checkpointing the wrapper's pid, before TASK_RUNNING.
+    sandbox = await live_task("t1", "sleep 30")
+    record = checkpoint(sandbox)
+    lay_out(
+        tmp_path,
+        "t1",
+        pid=record["pid"],
+        start_time=record["pid_start_time"],
+        state="TASK_STARTING",
+    )
+    await runner.recover({})
+    await recorder.wait_state("t1", TaskState.RUNNING)
+    assert runner.running_tasks() == [RunningTask(FW, spec("t1"), TaskState.RUNNING)]
+    assert checkpoint(sandbox)["state"] == "TASK_RUNNING"
+
+
 async def test_a_reattached_task_can_be_killed(
     runner: TaskRunner, recorder: Recorder, live_task: StartWrapper
 ) -> None:
