@@ -43,6 +43,9 @@ from pathlib import Path
 from typing import Any
 
 EXIT_FILE = "exit.json"
+# Written first thing, before the command starts: a restarted agent finds the
+# wrapper here even if the agent died before it could checkpoint the pid.
+WRAPPER_FILE = "wrapper.json"
 FORWARDED_SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -104,6 +107,12 @@ def run(sandbox: Path, argv: list[str], ready_fd: int | None = None) -> int:
     forward = _Forwarder()
     for sig in FORWARDED_SIGNALS:
         signal.signal(sig, forward)
+    try:
+        write_json_atomically(
+            sandbox / WRAPPER_FILE, {"pid": os.getpid(), "start_time": _own_start_time()}
+        )
+    except OSError as e:
+        print(f"mesolite task wrapper: could not record its pid: {e}", file=sys.stderr)
     record: dict[str, Any]
     try:
         # Inherits stdin, stdout, stderr and the working directory from the agent's
@@ -161,6 +170,12 @@ def _wait(pid: int, forward: _Forwarder) -> int:
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
     return status
+
+
+def _own_start_time() -> int:
+    """Field 22 of /proc/self/stat: with the pid, names this process unambiguously."""
+    with open("/proc/self/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[19])
 
 
 def main(args: list[str]) -> int:

@@ -71,6 +71,7 @@ log = structlog.get_logger(__name__)
 DEFAULT_KILL_GRACE_PERIOD = 3.0
 CHECKPOINT_FILE = "task.json"
 EXIT_FILE = _task_wrapper.EXIT_FILE
+WRAPPER_FILE = _task_wrapper.WRAPPER_FILE
 # Run by path with -I: fast to start, and no import of this package (grpc and all).
 _WRAPPER = Path(_task_wrapper.__file__).absolute()
 
@@ -383,8 +384,17 @@ class TaskRunner:
         """A recovered task: wait for its wrapper if it still runs; return how it ended."""
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
         if t.pid is None:
-            state = TaskState.KILLED if t.kill_requested else TaskState.FAILED
-            return self._transition(t, state, "the agent stopped while the task was starting")
+            # The agent died before checkpointing the pid; the wrapper wrote its own.
+            try:
+                wrapper = await asyncio.to_thread(read_json, t.sandbox / WRAPPER_FILE)
+            except (OSError, ValueError):
+                wrapper = None
+            if wrapper is None:
+                state = TaskState.KILLED if t.kill_requested else TaskState.FAILED
+                return self._transition(t, state, "the agent stopped while the task was starting")
+            t.pid, t.start_time = int(wrapper["pid"]), int(wrapper["start_time"])
+            bound = bound.bind(pid=t.pid)
+            await self._checkpoint(t)
         if t.start_time is not None and is_alive(t.pid, t.start_time):
             bound.info("re-attached to a running task")
             if t.live_state is TaskState.STARTING:
@@ -575,6 +585,7 @@ def _prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
     # A status left by an earlier run of this task id must not pass for this run's.
     # (The STARTING checkpoint's directory fsync makes the removal durable.)
     (sandbox / EXIT_FILE).unlink(missing_ok=True)
+    (sandbox / WRAPPER_FILE).unlink(missing_ok=True)
     stdout = open(sandbox / "stdout", "wb")  # noqa: SIM115 - handed to the child, closed by the caller
     try:
         stderr = open(sandbox / "stderr", "wb")  # noqa: SIM115

@@ -473,3 +473,23 @@ async def test_without_an_id_what_is_left_behind_is_killed(
             assert (register.agent_id, list(register.tasks)) == ("", [])
             assert process_start_time(pid) is None
             assert checkpoint(sandbox)["state"] == "TASK_KILLED"
+
+
+async def test_task_caught_starting_is_found_by_the_pid_its_wrapper_wrote(
+    runner: TaskRunner, recorder: Recorder, tmp_path: Path
+) -> None:
+    # The agent died after spawning the wrapper but before checkpointing its pid;
+    # the wrapper recorded itself and, later, the command's real exit status.
+    pid, start_time = gone_pid()
+    sandbox = lay_out(
+        tmp_path,
+        "t1",
+        pid=None,
+        state="TASK_STARTING",
+        exit_record={"exit_code": 3, "pid": 1, "finished": 2.0},
+    )
+    (sandbox / "wrapper.json").write_text(json.dumps({"pid": pid, "start_time": start_time}))
+    await runner.recover({})
+    final = await recorder.wait_final("t1")
+    assert (final.state, final.exit_code) == (TaskState.FAILED, 3)
+    assert checkpoint(sandbox)["pid"] == pid
