@@ -84,7 +84,8 @@ async def test_records_the_exit_code_then_ends_its_group(spawn: Spawn) -> None:
     assert record["exit_code"] == 7
     assert record["pid"] == command
     assert "signal" not in record and record["finished"] > 0
-    assert sorted(p.name for p in wrapper.sandbox.iterdir()) == ["exit.json", "wrapper.json"]  # no temp files
+    # No temp files left behind.
+    assert sorted(p.name for p in wrapper.sandbox.iterdir()) == ["exit.json", "wrapper.json"]
 
 
 async def test_records_the_signal_that_ended_the_command(spawn: Spawn) -> None:
