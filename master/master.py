@@ -257,14 +257,12 @@ class Master:
             for entry in tasks:
                 self._notify(
                     entry.framework_id,
-                    TaskStatus(
+                    _master_status(
                         entry.task.task_id,
                         entry.framework_id,
                         agent_id,
                         TaskState.LOST,
                         f"agent {agent_id} did not re-register after the master restarted",
-                        timestamp=time.time(),
-                        source=StatusSource.MASTER,
                     ),
                 )
             log.warning("agent did not re-register; removed", agent_id=agent_id, tasks=len(tasks))
@@ -629,19 +627,10 @@ class Master:
             if known is not None:
                 framework.outbox.send(msg.Update(self._latest_status(known)))
             elif task_id not in pending:
-                framework.outbox.send(
-                    msg.Update(
-                        TaskStatus(
-                            task_id,
-                            framework_id,
-                            "",
-                            TaskState.LOST,
-                            "reconciliation: task is unknown",
-                            timestamp=time.time(),
-                            source=StatusSource.MASTER,
-                        )
-                    )
+                unknown = _master_status(
+                    task_id, framework_id, "", TaskState.LOST, "reconciliation: task is unknown"
                 )
+                framework.outbox.send(msg.Update(unknown))
         log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
 
     @_checked
@@ -889,14 +878,12 @@ class Master:
             self.registry.remove_task(entry.framework_id, entry.task.task_id)
             self._notify(
                 entry.framework_id,
-                TaskStatus(
+                _master_status(
                     entry.task.task_id,
                     entry.framework_id,
                     agent.agent_id,
                     TaskState.LOST,
                     "the agent no longer runs this task",
-                    timestamp=time.time(),
-                    source=StatusSource.MASTER,
                 ),
             )
         log.info(
@@ -1033,15 +1020,7 @@ class Master:
 
     def _terminate(self, task: Task, state: TaskState, reason: str) -> None:
         """End a task on the master's own authority and tell its framework."""
-        status = TaskStatus(
-            task.spec.task_id,
-            task.framework_id,
-            task.agent_id,
-            state,
-            reason,
-            timestamp=time.time(),
-            source=StatusSource.MASTER,
-        )
+        status = _master_status(task.spec.task_id, task.framework_id, task.agent_id, state, reason)
         task.status = status
         log.info(
             "task status",
@@ -1095,6 +1074,21 @@ class Master:
     def tasks(self) -> Iterable[Task]:
         for framework in self.frameworks.values():
             yield from framework.tasks.values()
+
+
+def _master_status(
+    task_id: str, framework_id: str, agent_id: str, state: TaskState, message: str
+) -> TaskStatus:
+    """An update the master makes on its own authority: it needs no acknowledgement."""
+    return TaskStatus(
+        task_id,
+        framework_id,
+        agent_id,
+        state,
+        message,
+        timestamp=time.time(),
+        source=StatusSource.MASTER,
+    )
 
 
 def _refuse_seconds(value: float | None) -> float:
