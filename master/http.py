@@ -1,4 +1,5 @@
-"""Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus.
+"""Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus,
+and the web UI (`master.ui_routes`).
 
 The shape of /state is a contract that tools read; add fields, never rename.
 """
@@ -13,6 +14,7 @@ from prometheus_client.aiohttp import make_aiohttp_handler
 
 from master.master import Master
 from master.policies import DRFPolicy
+from master.ui_routes import setup_ui
 from mesolite.resources import EMPTY, Resources
 
 MASTER_KEY = web.AppKey("master", Master)
@@ -144,4 +146,5 @@ def create_app(master: Master) -> web.Application:
     app[MASTER_KEY] = master
     app.router.add_get("/state", _state)
     app.router.add_get("/metrics", make_aiohttp_handler(master.metrics.registry))
+    setup_ui(app, master, state_snapshot)  # GET / (the web UI), /events, task sandboxes
     return app

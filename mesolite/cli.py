@@ -94,7 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("master", help="run a master")
     m.add_argument("--host", default="127.0.0.1", help="address to listen on")
     m.add_argument("--port", type=int, default=5050, help="gRPC port (0: any free port)")
-    m.add_argument("--http-port", type=int, default=5051, help="HTTP port for /state")
+    m.add_argument(
+        "--http-port", type=int, default=5051, help="HTTP port for /state and the web UI"
+    )
     m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
     m.add_argument("--allocation-interval", type=_positive, default=1.0, metavar="S")
     m.add_argument("--offer-timeout", type=_positive, default=30.0, metavar="S")
@@ -150,6 +152,14 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--attributes", type=_parse_attributes, default={}, metavar='"rack:r1"')
     a.add_argument("--work-dir", type=Path, default=Path("work-dirs/agent"))
     a.add_argument("--hostname", default=socket.gethostname())
+    a.add_argument(
+        "--http-host",
+        default=None,
+        metavar="HOST",
+        help="where to serve task sandboxes to the master's web UI "
+        "(default: the address this machine reaches the master from)",
+    )
+    a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
 
     d = sub.add_parser("demo", help="run a local cluster with a CPU-heavy and a memory-heavy job")
     d.add_argument("--agents", type=int, default=3)
@@ -173,18 +183,32 @@ def build_parser() -> argparse.ArgumentParser:
         "dynamic-sharing",
         help="two jobs whose task sizes change in three phases, on 48 agents (logs at warning)",
     )
-    e.add_argument("--policy", choices=(*POLICIES, "all"), default="drf")
+    e.add_argument(
+        "--policy",
+        choices=(*POLICIES, "all"),
+        default="drf",
+        help="all: run every policy in turn and draw the comparison",
+    )
     e.add_argument(
         "--minutes-per-phase",
         type=_positive,
-        default=1 / 3,
         metavar="F",
         help="length of each phase (the paper's were 2; default 1/3: 20 s)",
     )
     e.add_argument("--out", type=Path, default=Path("docs/experiment"), metavar="DIR")
     e.add_argument("--agents", type=int, default=48)
     e.add_argument(
-        "--task-seconds", type=_positive, nargs=2, default=(1.0, 3.0), metavar=("MIN", "MAX")
+        "--task-seconds",
+        type=_positive,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        help="each task sleeps between MIN and MAX seconds (default 4 8)",
+    )
+    e.add_argument(
+        "--hold-seconds",
+        type=float,
+        metavar="S",
+        help="how long a job keeps an offer too small for a task (default 2; 0: decline)",
     )
     e.add_argument("--seed", type=int, default=1)
 
@@ -267,7 +291,8 @@ async def _run_master(args: argparse.Namespace) -> int:
             '--resources "cpus:4;mem:8192" --work-dir work-dirs/agent1\n'
             f"  run a framework:     python examples/batch_framework.py --master "
             f"{server.grpc_address} --name batch --cpus 1 --mem 512 --duration 5 --tasks 10\n"
-            f"  look at the cluster: mesolite state --master {server.http_address}",
+            f"  look at the cluster: mesolite state --master {server.http_address}\n"
+            f"  web UI:              http://{server.http_address}/",
             flush=True,
         )
         await _until_signalled()
@@ -279,6 +304,7 @@ async def _run_master(args: argparse.Namespace) -> int:
 async def _run_agent(args: argparse.Namespace) -> int:
     from agent import Agent
     from agent.resources import detect_resources
+    from agent.sandbox_http import SandboxServer, host_towards
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
     given: Resources
@@ -287,19 +313,39 @@ async def _run_agent(args: argparse.Namespace) -> int:
     detected = detect_resources(args.work_dir, given)
     # Only what the flag did not name is detected: `disk:0` means no disk.
     resources = Resources({n: a for n, a in detected.items() if n not in named or n in given})
-    agent = Agent(
-        args.master, resources, args.work_dir, hostname=args.hostname, attributes=args.attributes
+    # Task output for the master's web UI, read-only; the agent registers its address.
+    towards_master = await asyncio.to_thread(host_towards, args.master)
+    host = args.http_host or towards_master
+    wildcard = host in ("0.0.0.0", "::")
+    sandboxes = SandboxServer(
+        args.work_dir, host, args.http_port, advertise_host=towards_master if wildcard else None
     )
-    runner = asyncio.create_task(agent.run())
-    signalled = asyncio.create_task(_until_signalled())
-    done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
-    if signalled in done:
-        await (
-            agent.stop()
-        )  # kills the agent's tasks and reports them, like `mesos-agent` on SIGTERM
-    else:
-        signalled.cancel()
-    await runner  # re-raises a registration error
+    try:
+        await sandboxes.start()
+    except OSError as e:
+        print(f"mesolite agent: cannot serve task sandboxes on {host}: {e}", file=sys.stderr)
+        return 2
+    try:
+        agent = Agent(
+            args.master,
+            resources,
+            args.work_dir,
+            hostname=args.hostname,
+            address=sandboxes.address,
+            attributes=args.attributes,
+        )
+        runner = asyncio.create_task(agent.run())
+        signalled = asyncio.create_task(_until_signalled())
+        done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
+        if signalled in done:
+            await (
+                agent.stop()
+            )  # kills the agent's tasks and reports them, like `mesos-agent` on SIGTERM
+        else:
+            signalled.cancel()
+        await runner  # re-raises a registration error
+    finally:
+        await sandboxes.stop()
     return 0
 
 

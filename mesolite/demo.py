@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from agent import Agent
+from agent.sandbox_http import SandboxServer
 from master.master import MasterConfig
 from master.server import MasterServer
 from mesolite.resources import EMPTY, Resources
@@ -76,6 +77,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         server = MasterServer(config, "127.0.0.1", port=0, http_port=0)
         await server.start()
     agents: list[Agent] = []
+    sandbox_servers: list[SandboxServer] = []  # each agent's task output, for the web UI
     jobs: list[asyncio.subprocess.Process] = []
     try:
         for name, script in JOBS:
@@ -98,11 +100,15 @@ async def run_demo(args: argparse.Namespace) -> int:
         # gets a head start on an empty cluster.
         await _wait_for(lambda: len(server.master.frameworks) == len(JOBS), 30)  # type: ignore[union-attr]
         for i in range(args.agents):
+            sandboxes = SandboxServer(work_dir / f"agent{i + 1}")
+            await sandboxes.start()
+            sandbox_servers.append(sandboxes)
             agent = Agent(
                 server.grpc_address,
                 args.agent_resources,
                 work_dir / f"agent{i + 1}",
                 hostname=f"agent{i + 1}",
+                address=sandboxes.address,
                 kill_grace_period=1.0,
             )
             await agent.__aenter__()
@@ -116,7 +122,8 @@ async def run_demo(args: argparse.Namespace) -> int:
             f"{args.agent_resources} (cluster {total})\n"
             f"  jobs: cpu-heavy <2 CPUs, 512 MB> and memory-heavy <0.5 CPU, 4096 MB> "
             f"tasks of {args.task_seconds:g}s; logs in {work_dir}/\n"
-            f"  in another terminal: mesolite state --master {server.http_address}\n"
+            f"  web UI: http://{server.http_address}/   "
+            f"in a terminal: mesolite state --master {server.http_address}\n"
             f"  running for {args.duration:g}s (Ctrl-C stops sooner)\n",
             flush=True,
         )
@@ -134,6 +141,8 @@ async def run_demo(args: argparse.Namespace) -> int:
                 await job.wait()
         for agent in agents:
             await agent.stop()
+        for sandboxes in sandbox_servers:
+            await sandboxes.stop()
         await server.stop(grace=0.5)
 
 

@@ -24,6 +24,28 @@ printed next to two references computed from the demands alone:
   agents, the one that maximises the lower of the two jobs' shares (then the higher).
   The fractional equilibrium splits tasks across machines; this is what can really be
   reached, so the gap between the two is fragmentation, not the allocator.
+
+Design choices (`mesolite experiment dynamic-sharing --help` has the knobs):
+
+* Task length, 4-8 s. Each task is the agent's Python task wrapper, `sh` and `sleep`:
+  about 35 ms of CPU to start. Up to ~190 tasks of 1-3 s would mean ~95 starts a
+  second, more than two cores manage beside the 48 agents' event loop (its lag reached
+  a second, and status updates and offers queued behind it). At 4-8 s it is ~30 a
+  second, and every task of a phase has ended before the second half of the next.
+* Holding offers too small for a task (`hold_seconds`, 2 s by default; 0 declines at
+  once). The master re-offers resources the moment a task ends, one task's worth at a
+  time. In phase 2 job1 needs 2 CPUs per task: each freed CPU goes first to job1 (the
+  lower share), is declined as too small, and is then taken by job2's 1-CPU tasks, so
+  job1 almost never sees two free CPUs on one agent and stays far below half the
+  CPUs. A job that keeps such an offer for a moment (only where a task could fit once
+  other jobs' tasks end) gets the next CPU freed there too and launches on both. Held
+  offers count toward its share in the allocator, as every offer does, but not in the
+  measured shares: the table's 'alloc' column includes them. 2 s is about the time for one
+  of the other tasks on an agent to end.
+* The phase averages also miss what whole tasks cannot reach: in phase 3 the fractional
+  equilibrium needs every byte of memory used (48 x 7 GB + 84 x 4 GB = 672 GB), which
+  14 GB agents holding 7 GB and 4 GB tasks cannot do; placements made one task at a
+  time as tasks end pack worse still than the best placement.
 """
 
 from __future__ import annotations
@@ -40,17 +62,20 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 from agent import Agent
-from master.drf_reference import FairAllocation, asset_fairness, drf
+from master.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
 from master.master import MasterConfig
 from master.policies import POLICIES, make_policy
 from master.policies.slots import DEFAULT_SLOT
 from master.server import MasterServer
-from mesolite._phased_job import PhasedJob
+from mesolite._phased_job import JobStats, PhasedJob
 from mesolite.resources import EMPTY, Resources
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 AGENT_RESOURCES = Resources(cpus=4, mem=14336)  # the paper's 4 CPUs and 14 GB per node
 JOBS = ("job1", "job2")
@@ -60,8 +85,16 @@ PAPER_PHASES: tuple[tuple[Resources, Resources], ...] = (
     (Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)),
     (Resources(cpus=1, mem=7168), Resources(cpus=1, mem=4096)),
 )
-CSV_FIELDS = ("time_s", "phase", "job", "cpu_share", "mem_share", "dominant_share", "tasks")
-DEFAULT_OUT = Path("docs/experiment")
+CSV_FIELDS = (
+    "time_s",
+    "phase",
+    "job",
+    "cpu_share",
+    "mem_share",
+    "dominant_share",
+    "tasks",
+    "allocated_share",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +104,10 @@ class ExperimentConfig:
     agent_resources: Resources = AGENT_RESOURCES
     phases: tuple[tuple[Resources, Resources], ...] = PAPER_PHASES
     phase_seconds: float = 20.0
-    task_seconds: tuple[float, float] = (1.0, 3.0)
+    task_seconds: tuple[float, float] = (4.0, 8.0)
     sample_interval: float = 0.5
     seed: int = 1
+    hold_seconds: float = 2.0  # how long a job keeps an offer too small for a task
     progress_every: float = 5.0  # seconds between progress lines; 0: none
 
     @property
@@ -97,14 +131,16 @@ class Sample:
     mem_share: float
     dominant_share: float
     tasks: int
+    # Dominant share of the job's tasks *and* outstanding offers: what the allocator
+    # counts (offers included), where the shares above count tasks only.
+    allocated_share: float = 0.0
 
 
 @dataclass(slots=True)
 class RunResult:
     config: ExperimentConfig
     samples: list[Sample] = field(default_factory=list)
-    launched: dict[str, int] = field(default_factory=dict)
-    failed: dict[str, int] = field(default_factory=dict)
+    stats: dict[str, JobStats] = field(default_factory=dict)
 
 
 # -- references computed from the demands ---------------------------------------------------
@@ -132,8 +168,8 @@ def equilibrium(policy: str, cluster: Resources, demands: Sequence[Resources]) -
         slot = _vector(DEFAULT_SLOT)
         weights = {}
         for job, d in users.items():
-            dominant = max(Fraction(repr(a)) / Fraction(repr(capacity[r])) for r, a in d.items())
-            slots = max(Fraction(repr(d.get(r, 0.0))) / Fraction(repr(s)) for r, s in slot.items())
+            dominant = max(to_fraction(a) / to_fraction(capacity[r]) for r, a in d.items())
+            slots = max(to_fraction(d.get(r, 0.0)) / to_fraction(s) for r, s in slot.items())
             weights[job] = dominant / slots
         return drf(capacity, users, weights=weights)
     raise ValueError(f"unknown policy {policy!r}")
@@ -209,6 +245,8 @@ async def run_dynamic_sharing(
             [phase[i] for phase in config.phases],
             config.task_seconds,
             seed=config.seed * 1000 + i,
+            hold_seconds=config.hold_seconds,
+            agent_capacity=config.agent_resources,
         )
         for i, name in enumerate(JOBS)
     ]
@@ -234,44 +272,60 @@ async def run_dynamic_sharing(
         async with asyncio.timeout(60):
             await asyncio.gather(*(agent.wait_registered() for agent in agents))
         total = master.allocator.total
-        out(
-            f"dynamic sharing, policy {config.policy}: {config.agents} agents of "
-            f"{_fmt_resources(config.agent_resources)} (cluster {_fmt_resources(total)}), "
-            f"{len(config.phases)} phases of {config.phase_seconds:g}s, tasks of "
-            f"{config.task_seconds[0]:g}-{config.task_seconds[1]:g}s"
-        )
+        out(describe(config))
         await _sample(config, master_usage(server, jobs), jobs, total, result, out)
     finally:
-        for job, run in zip(jobs, runs, strict=False):
-            result.launched[job.name] = job.stats.launched
-            result.failed[job.name] = job.stats.failed
+        for job in jobs:
             if job.connected:
                 with contextlib.suppress(Exception):
-                    await job.teardown()  # the master kills its tasks
-            await job.stop()
-            with contextlib.suppress(Exception):
-                await run
-        await asyncio.gather(*(agent.__aexit__(None, None, None) for agent in agents))
-        await server.stop(grace=0.5)
+                    await job.wind_down()  # no launches onto resources being freed below
+        try:
+            for job, run in zip(jobs, runs, strict=False):
+                if job.connected:
+                    with contextlib.suppress(Exception):
+                        await job.teardown()  # the master kills its tasks
+                await job.stop()
+                with contextlib.suppress(Exception):
+                    await run
+            # Each agent kills what is left of its tasks and waits for their last updates.
+            await asyncio.gather(
+                *(agent.__aexit__(None, None, None) for agent in agents), return_exceptions=True
+            )
+        finally:
+            await server.stop(grace=0.5)
+        result.stats = {job.name: job.stats for job in jobs}
     return result
+
+
+@dataclass(frozen=True, slots=True)
+class JobUsage:
+    used: Resources  # what the job's tasks hold (launched and not yet ended)
+    tasks: int
+    offered: Resources  # what the job's outstanding offers hold
 
 
 def master_usage(
     server: MasterServer, jobs: Sequence[PhasedJob]
-) -> Callable[[], dict[str, tuple[Resources, int]]]:
-    """What each job's tasks hold on the master right now (outstanding offers left out)."""
+) -> Callable[[], dict[str, JobUsage]]:
+    """What each job's tasks, and separately its outstanding offers, hold on the master now."""
 
-    def usage() -> dict[str, tuple[Resources, int]]:
+    def usage() -> dict[str, JobUsage]:
         master = server.master
         assert master is not None
-        held: dict[str, tuple[Resources, int]] = {}
+        held: dict[str, JobUsage] = {}
         for job in jobs:
             framework = master.frameworks.get(job.framework_id or "")
-            tasks = framework.tasks.values() if framework else ()
-            used = EMPTY
-            for task in tasks:
-                used = used + task.spec.resources
-            held[job.name] = (used, len(tasks))
+            used = offered = EMPTY
+            count = 0
+            if framework is not None:
+                for task in framework.tasks.values():
+                    used = used + task.spec.resources
+                count = len(framework.tasks)
+                for offer_id in framework.offers:
+                    outstanding = master.offers.get(offer_id)
+                    if outstanding is not None:
+                        offered = offered + outstanding.offer.resources
+            held[job.name] = JobUsage(used, count, offered)
         return held
 
     return usage
@@ -279,7 +333,7 @@ def master_usage(
 
 async def _sample(
     config: ExperimentConfig,
-    usage: Callable[[], dict[str, tuple[Resources, int]]],
+    usage: Callable[[], dict[str, JobUsage]],
     jobs: Sequence[PhasedJob],
     total: Resources,
     result: RunResult,
@@ -305,7 +359,8 @@ async def _sample(
         held = usage()
         line = []
         for job in jobs:
-            used, count = held[job.name]
+            now_held = held[job.name]
+            used, count = now_held.used, now_held.tasks
             shares = used.shares(total)
             sample = Sample(
                 time_s=round(now, 3),
@@ -315,6 +370,7 @@ async def _sample(
                 mem_share=shares.get("mem", 0.0),
                 dominant_share=dominant_share(used, total),
                 tasks=count,
+                allocated_share=dominant_share(used + now_held.offered, total),
             )
             result.samples.append(sample)
             line.append(
@@ -350,6 +406,7 @@ class PhaseRow:
     cpu_share: float
     mem_share: float
     dominant_share: float
+    allocated_share: float
     eq_tasks: float
     eq_cpu_share: float
     eq_mem_share: float
@@ -394,6 +451,7 @@ def phase_rows(config: ExperimentConfig, samples: Iterable[Sample]) -> list[Phas
                     cpu_share=sum(s.cpu_share for s in got) / count,
                     mem_share=sum(s.mem_share for s in got) / count,
                     dominant_share=sum(s.dominant_share for s in got) / count,
+                    allocated_share=sum(s.allocated_share for s in got) / count,
                     eq_tasks=float(eq.tasks[job]),
                     eq_cpu_share=shares.get("cpus", 0.0),
                     eq_mem_share=shares.get("mem", 0.0),
@@ -415,13 +473,15 @@ def format_table(config: ExperimentConfig, rows: Sequence[PhaseRow]) -> str:
     lines = [
         f"policy {config.policy}: averages over the second half of each phase, "
         f"next to the {reference}",
-        "  'diff' is measured minus equilibrium dominant share; 'packing' is the best "
-        "whole-task placement on the separate agents.",
+        "  measured shares count tasks; 'alloc' is the dominant share of tasks plus "
+        "outstanding offers, which the allocator counts; 'diff': measured minus equilibrium "
+        "dominant share;\n  'packing': the best whole-task placement on the separate agents "
+        "(tasks = dominant share).",
     ]
     header = (
         f"  {'job':<5} {'task':<15} | {'measured: tasks':>15} {'cpu':>6} {'mem':>6} "
-        f"{'dominant':>8} | {'equilibrium: tasks':>18} {'cpu':>6} {'mem':>6} {'dominant':>8} "
-        f"| {'diff':>8} | {'packing':>13}"
+        f"{'dominant':>8} {'alloc':>6} | {'equilibrium: tasks':>18} {'cpu':>6} {'mem':>6} "
+        f"{'dominant':>8} | {'diff':>8} | {'packing':>13}"
     )
     for p in range(1, len(config.phases) + 1):
         start = (p - 1) * config.phase_seconds
@@ -430,14 +490,22 @@ def format_table(config: ExperimentConfig, rows: Sequence[PhaseRow]) -> str:
             f"{start + half:g}-{start + config.phase_seconds:g}s)"
         )
         lines.append(header)
-        for r in (r for r in rows if r.phase == p):
+        phase = [r for r in rows if r.phase == p]
+        for r in phase:
             lines.append(
                 f"  {r.job:<5} {_fmt_resources(r.demand):<15} | {r.tasks:>15.1f} "
-                f"{r.cpu_share:>6.1%} {r.mem_share:>6.1%} {r.dominant_share:>8.1%} | "
-                f"{r.eq_tasks:>18.1f} {r.eq_cpu_share:>6.1%} {r.eq_mem_share:>6.1%} "
-                f"{r.eq_dominant_share:>8.1%} | {r.difference_pp:>+6.1f}pp | "
+                f"{r.cpu_share:>6.1%} {r.mem_share:>6.1%} {r.dominant_share:>8.1%} "
+                f"{r.allocated_share:>6.1%} | {r.eq_tasks:>18.1f} {r.eq_cpu_share:>6.1%} "
+                f"{r.eq_mem_share:>6.1%} {r.eq_dominant_share:>8.1%} | "
+                f"{r.difference_pp:>+6.1f}pp | "
                 f"{r.packed_tasks:>3d} = {r.packed_dominant_share:>5.1%}"
             )
+        lines.append(
+            f"  cluster used by tasks: cpu {sum(r.cpu_share for r in phase):.1%}, "
+            f"mem {sum(r.mem_share for r in phase):.1%} (equilibrium: cpu "
+            f"{sum(r.eq_cpu_share for r in phase):.1%}, mem "
+            f"{sum(r.eq_mem_share for r in phase):.1%})"
+        )
     return "\n".join(lines)
 
 
@@ -464,6 +532,7 @@ def write_csv(path: Path, samples: Iterable[Sample]) -> None:
                     f"{s.mem_share:.5f}",
                     f"{s.dominant_share:.5f}",
                     s.tasks,
+                    f"{s.allocated_share:.5f}",
                 ]
             )
 
@@ -479,6 +548,7 @@ def read_csv(path: Path) -> list[Sample]:
                 mem_share=float(row["mem_share"]),
                 dominant_share=float(row["dominant_share"]),
                 tasks=int(row["tasks"]),
+                allocated_share=float(row.get("allocated_share") or 0.0),
             )
             for row in csv.DictReader(f)
         ]
@@ -489,114 +559,119 @@ _COLORS = {"job1": "tab:blue", "job2": "tab:orange"}
 
 def plot_run(path: Path, config: ExperimentConfig, samples: Sequence[Sample]) -> None:
     """The paper's figure: CPU, memory and dominant share of both jobs over time."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cluster = config.cluster
-    fig, axes = plt.subplots(3, 1, figsize=(8, 8), sharex=True)
-    panels = (
-        ("cpu_share", "CPU share"),
-        ("mem_share", "memory share"),
-        ("dominant_share", "dominant share"),
-    )
-    for ax, (attr, label) in zip(axes, panels, strict=True):
-        for job in JOBS:
-            points = [s for s in samples if s.job == job]
-            ax.plot(
-                [s.time_s for s in points],
-                [getattr(s, attr) for s in points],
-                color=_COLORS[job],
-                label=job,
-                linewidth=1.4,
-            )
-        ax.set_ylabel(label)
-        ax.set_ylim(0, 1)
-        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-        ax.grid(alpha=0.3)
-        _mark_phases(ax, config)
-    # The equilibrium's dominant shares, phase by phase, dashed.
-    for p, demands in enumerate(config.phases):
-        eq = equilibrium(config.policy, cluster, demands)
-        start = p * config.phase_seconds
-        for job in JOBS:
-            axes[2].hlines(
-                float(eq.dominant_shares[job]),
-                start,
-                start + config.phase_seconds,
-                colors=_COLORS[job],
-                linestyles="dashed",
-                linewidth=0.9,
-            )
+    # A bare Figure (no pyplot): no global state, so drawing in a worker thread is safe.
+    fig = Figure(figsize=(8, 8))
+    axes = fig.subplots(3, 1, sharex=True)
+    panels = (("cpu_share", "CPU share"), ("mem_share", "memory share"))
+    for ax, (attr, label) in zip(
+        axes, (*panels, ("dominant_share", "dominant share")), strict=True
+    ):
+        _draw_shares(ax, config, samples, attr, label)
+    _draw_levels(axes[2], config, _equilibrium_levels(config, config.policy), "dashed")
+    _draw_levels(axes[2], config, _packing_levels(config), "dotted")
     axes[0].legend(loc="upper right")
     axes[0].set_title(
-        f"Dynamic sharing under {config.policy}: {config.agents} agents of 4 CPUs, 14 GB\n"
-        f"(dashed: the {config.policy} equilibrium of each phase)",
+        f"Dynamic sharing under {config.policy}: {config.agents} agents of "
+        f"{_fmt_resources(config.agent_resources)}\n(dashed: the {config.policy} equilibrium; "
+        "dotted: the best whole-task packing)",
         fontsize=10,
     )
     axes[2].set_xlabel("time (s)")
-    axes[2].set_xlim(0, config.duration)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def plot_comparison(
     path: Path, config: ExperimentConfig, runs: Mapping[str, Sequence[Sample]]
 ) -> None:
     """Dominant shares of both jobs under each policy, one panel per policy."""
-    import matplotlib
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(len(runs), 1, figsize=(8, 2.6 * len(runs)), sharex=True)
-    axes_list = list(axes) if len(runs) > 1 else [axes]
-    for ax, (policy, samples) in zip(axes_list, runs.items(), strict=True):
-        for job in JOBS:
-            points = [s for s in samples if s.job == job]
-            ax.plot(
-                [s.time_s for s in points],
-                [s.dominant_share for s in points],
-                color=_COLORS[job],
-                label=job,
-                linewidth=1.4,
-            )
-        for p, demands in enumerate(config.phases):
-            eq = equilibrium("drf", config.cluster, demands)
-            start = p * config.phase_seconds
-            for job in JOBS:
-                ax.hlines(
-                    float(eq.dominant_shares[job]),
-                    start,
-                    start + config.phase_seconds,
-                    colors=_COLORS[job],
-                    linestyles="dashed",
-                    linewidth=0.9,
-                )
-        ax.set_ylabel(f"{policy}\ndominant share")
-        ax.set_ylim(0, 1)
-        ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-        ax.grid(alpha=0.3)
-        _mark_phases(ax, config)
-    axes_list[0].legend(loc="upper right")
-    axes_list[0].set_title(
-        "Dominant shares under each policy (dashed: the DRF equilibrium)", fontsize=10
+    fig = Figure(figsize=(8, 2.6 * len(runs)))
+    axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
+    drf_levels = _equilibrium_levels(config, "drf")
+    for ax, (policy, samples) in zip(axes, runs.items(), strict=True):
+        _draw_shares(ax, config, samples, "dominant_share", f"{policy}\ndominant share")
+        _draw_levels(ax, config, drf_levels, "dashed")
+        if policy != "drf":
+            _draw_levels(ax, config, _equilibrium_levels(config, policy), "dotted")
+    axes[0].legend(loc="upper right")
+    axes[0].set_title(
+        "Dominant shares under each policy\n(dashed: the DRF equilibrium; "
+        "dotted: the policy's own equilibrium)",
+        fontsize=10,
     )
-    axes_list[-1].set_xlabel("time (s)")
-    axes_list[-1].set_xlim(0, config.duration)
+    axes[-1].set_xlabel("time (s)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
-def _mark_phases(ax: object, config: ExperimentConfig) -> None:
-    from matplotlib.axes import Axes
+def _draw_shares(
+    ax: Axes, config: ExperimentConfig, samples: Sequence[Sample], attr: str, label: str
+) -> None:
+    from matplotlib.ticker import PercentFormatter
 
-    assert isinstance(ax, Axes)
+    for job in JOBS:
+        points = [s for s in samples if s.job == job]
+        ax.plot(
+            [s.time_s for s in points],
+            [getattr(s, attr) for s in points],
+            color=_COLORS[job],
+            label=job,
+            linewidth=1.4,
+        )
     for p in range(1, len(config.phases)):
         ax.axvline(p * config.phase_seconds, color="grey", linestyle=":", linewidth=1)
+    ax.set_ylabel(label)
+    ax.set_ylim(0, 1)
+    ax.set_xlim(0, config.duration)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.grid(alpha=0.3)
+
+
+def _draw_levels(
+    ax: Axes,
+    config: ExperimentConfig,
+    levels: Sequence[dict[str, float]],
+    style: Literal["dashed", "dotted"],
+) -> None:
+    """One horizontal segment per phase and job at `levels[phase][job]`."""
+    for p, level in enumerate(levels):
+        start = p * config.phase_seconds
+        for job in JOBS:
+            ax.hlines(
+                level[job],
+                start,
+                start + config.phase_seconds,
+                colors=_COLORS[job],
+                linestyles=style,
+                linewidth=0.9,
+            )
+
+
+def _equilibrium_levels(config: ExperimentConfig, policy: str) -> list[dict[str, float]]:
+    """The policy's equilibrium dominant share of each job, phase by phase."""
+    levels = []
+    for demands in config.phases:
+        eq = equilibrium(policy, config.cluster, demands)
+        levels.append({job: float(eq.dominant_shares[job]) for job in JOBS})
+    return levels
+
+
+def _packing_levels(config: ExperimentConfig) -> list[dict[str, float]]:
+    """The dominant shares of the best whole-task packing, phase by phase."""
+    levels = []
+    for demands in config.phases:
+        packed = best_packing(config.policy, config.agent_resources, config.agents, demands)
+        levels.append(
+            {
+                job: dominant_share(_times(d, n), config.cluster)
+                for job, d, n in zip(JOBS, demands, packed, strict=True)
+            }
+        )
+    return levels
 
 
 # -- entry point ------------------------------------------------------------------------------
@@ -606,33 +681,58 @@ def _mark_phases(ax: object, config: ExperimentConfig) -> None:
 class Written:
     csv: Path
     figure: Path
+    table: Path
     rows: list[PhaseRow]
 
 
 async def run_and_write(
     config: ExperimentConfig, out_dir: Path, out: Callable[[str], None] = print
 ) -> Written:
-    """Run one policy, print its phase table, and write its CSV and figure to `out_dir`."""
+    """Run one policy, print its phase table, and write its CSV, figure and table (text)."""
     work_dir = Path(await asyncio.to_thread(tempfile.mkdtemp, prefix="mesolite-experiment-"))
     try:
         result = await run_dynamic_sharing(config, work_dir, out)
     finally:
         await asyncio.to_thread(shutil.rmtree, work_dir, True)
     rows = phase_rows(config, result.samples)
+    report = "\n".join(
+        [
+            describe(config),
+            format_table(config, rows),
+            "tasks launched: "
+            + "; ".join(
+                f"{job} {s.launched} ({s.combined} on held offers combined with a later one, "
+                f"{s.failed} did not finish)"
+                for job, s in result.stats.items()
+            ),
+        ]
+    )
     out("")
-    out(format_table(config, rows))
-    launched = ", ".join(f"{job} {n}" for job, n in result.launched.items())
-    failed = sum(result.failed.values())
-    out(f"tasks launched: {launched}; ended other than finished (killed at the end): {failed}")
+    out(report)
     stem = out_dir / f"dynamic-sharing-{config.policy}"
-    written = Written(stem.with_suffix(".csv"), stem.with_suffix(".png"), rows)
-    await asyncio.to_thread(_write_outputs, written, config, result.samples)
+    written = Written(
+        stem.with_suffix(".csv"), stem.with_suffix(".png"), stem.with_suffix(".txt"), rows
+    )
+    await asyncio.to_thread(_write_outputs, written, config, result.samples, report)
     return written
 
 
-def _write_outputs(written: Written, config: ExperimentConfig, samples: Sequence[Sample]) -> None:
+def describe(config: ExperimentConfig) -> str:
+    low, high = config.task_seconds
+    return (
+        f"dynamic sharing, policy {config.policy}: {config.agents} agents of "
+        f"{_fmt_resources(config.agent_resources)} (cluster {_fmt_resources(config.cluster)}), "
+        f"{len(config.phases)} phases of {config.phase_seconds:g}s, tasks of {low:g}-{high:g}s, "
+        f"offers too small held {config.hold_seconds:g}s, seed {config.seed}"
+    )
+
+
+def _write_outputs(
+    written: Written, config: ExperimentConfig, samples: Sequence[Sample], report: str
+) -> None:
     written.csv.parent.mkdir(parents=True, exist_ok=True)
     write_csv(written.csv, samples)
+    written.table.write_text(report + "\n")
     plot_run(written.figure, config, samples)
 
 
@@ -647,35 +747,45 @@ def comparison(out_dir: Path, config: ExperimentConfig) -> Path | None:
 
 
 async def run(args: argparse.Namespace) -> int:
-    """`mesolite experiment dynamic-sharing`."""
+    """`mesolite experiment dynamic-sharing`; options left out take `ExperimentConfig`'s."""
+    defaults = ExperimentConfig()
+    low, high = args.task_seconds or defaults.task_seconds
+    hold = defaults.hold_seconds if args.hold_seconds is None else args.hold_seconds
     if args.agents < 1:
         print("--agents must be at least 1", file=sys.stderr)
         return 2
-    low, high = args.task_seconds
     if not 0 < low <= high:
         print("--task-seconds MIN MAX needs 0 < MIN <= MAX", file=sys.stderr)
         return 2
-    policies = POLICIES if args.policy == "all" else (args.policy,)
-    base = ExperimentConfig(
+    if not 0 <= hold < math.inf:
+        print("--hold-seconds must be a finite number >= 0", file=sys.stderr)
+        return 2
+    base = dataclasses.replace(
+        defaults,
         agents=args.agents,
-        phase_seconds=args.minutes_per_phase * 60,
+        phase_seconds=(
+            defaults.phase_seconds
+            if args.minutes_per_phase is None
+            else args.minutes_per_phase * 60
+        ),
         task_seconds=(low, high),
+        hold_seconds=hold,
         seed=args.seed,
     )
+    policies = POLICIES if args.policy == "all" else (args.policy,)
     out_dir: Path = args.out
     files: list[Path] = []
     for policy in policies:
-        config = dataclasses.replace(base, policy=policy)
-        written = await run_and_write(config, out_dir)
-        files += [written.csv, written.figure]
+        written = await run_and_write(dataclasses.replace(base, policy=policy), out_dir)
+        files += [written.csv, written.figure, written.table]
         print()
     figure = await asyncio.to_thread(comparison, out_dir, base)
     if figure is not None:
         files.append(figure)
-    print("wrote " + ", ".join(str(f) for f in files))
+    print("wrote:\n" + "\n".join(f"  {f}" for f in files))
     if figure is None:
         print(
-            "(the comparison figure needs a run of every policy in "
-            f"{out_dir}: --policy all runs them in turn)"
+            f"(the comparison figure needs a run of every policy in {out_dir}: "
+            "--policy all runs them in turn)"
         )
     return 0

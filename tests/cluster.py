@@ -22,6 +22,8 @@ from typing import Any
 import aiohttp
 
 from agent import Agent, Backoff
+from agent._procs import is_alive
+from agent.sandbox_http import SandboxServer
 from master.master import MasterConfig
 from master.server import MasterServer
 from mesolite.resources import Resources
@@ -49,11 +51,13 @@ class AgentProcess:
             self.process.kill()
 
     def task_pids(self) -> list[int]:
+        """Task process groups still alive (checked by start time: pids get reused)."""
         pids = []
         for checkpoint in self.work_dir.glob("sandboxes/*/*/task.json"):
             with contextlib.suppress(OSError, ValueError):
-                pid = json.loads(checkpoint.read_text()).get("pid")
-                if isinstance(pid, int):
+                record = json.loads(checkpoint.read_text())
+                pid, started = record.get("pid"), record.get("pid_start_time")
+                if isinstance(pid, int) and isinstance(started, int) and is_alive(pid, started):
                     pids.append(pid)
         return pids
 
@@ -75,6 +79,7 @@ class LocalCluster:
         self.server = MasterServer(config, host="127.0.0.1", port=0, http_port=0)
         self.agents: list[Agent] = []
         self.agent_processes: list[AgentProcess] = []
+        self.sandbox_servers: list[SandboxServer] = []  # one per in-process agent
         self._http: aiohttp.ClientSession | None = None
 
     @property
@@ -96,6 +101,8 @@ class LocalCluster:
     ) -> None:
         for agent in self.agents:
             await agent.stop()
+        for sandboxes in self.sandbox_servers:
+            await sandboxes.stop()
         for proc in self.agent_processes:
             await proc.cleanup()
         if self._http is not None:
@@ -108,11 +115,15 @@ class LocalCluster:
     async def add_agent(self, resources: str, name: str | None = None) -> Agent:
         """Start an agent in this process and wait until the master has registered it."""
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
+        sandboxes = SandboxServer(self.work_dir / name)  # what the web UI reads task output from
+        await sandboxes.start()
+        self.sandbox_servers.append(sandboxes)
         agent = Agent(
             self.address,
             Resources.parse(resources),
             self.work_dir / name,
             hostname=name,
+            address=sandboxes.address,
             kill_grace_period=1.0,
             reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
             status_retry=Backoff(initial=0.2, maximum=1.0),

@@ -1,0 +1,216 @@
+"""Task sandboxes over HTTP, read-only: what the master's web UI shows as a task's output.
+
+    GET /sandbox/{framework_id}/{task_id}/{stdout|stderr}?offset=&length=
+
+returns bytes of `<work_dir>/sandboxes/<framework_id>/<task_id>/<file>` (the layout
+of `agent.tasks`) as text/plain. Without `offset` it returns the last `length`
+bytes (default 64 KiB); `length` is capped at 1 MiB. Two headers say where the
+bytes are: `X-Sandbox-Offset` (of the first byte returned) and `X-Sandbox-Size`
+(of the whole file), so a reader can page or follow a growing file.
+
+Nothing else is served. Ids must be plain path segments (no `/`, not `.` or
+`..`), the sandbox must resolve inside the sandboxes directory, and the file
+must be a regular file opened without following a symlink (a task can replace
+its own `stdout` with a link; it must not get to show the agent's other files).
+Unknown sandboxes and files are 404. Files are read in a worker thread.
+
+The agent registers the address of this server with the master (`Agent(...,
+address=server.address)`); the master proxies the UI's requests to it.
+
+    async with SandboxServer(work_dir, host="127.0.0.1", port=0) as sandboxes:
+        agent = Agent(master, resources, work_dir, address=sandboxes.address)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import structlog
+from aiohttp import web
+
+log = structlog.get_logger(__name__)
+
+FILES = ("stdout", "stderr")
+DEFAULT_LENGTH = 64 * 1024
+MAX_LENGTH = 1024 * 1024
+OFFSET_HEADER = "X-Sandbox-Offset"
+SIZE_HEADER = "X-Sandbox-Size"
+
+_SANDBOXES_KEY = web.AppKey("sandboxes", Path)
+
+
+class BadRequest(ValueError):
+    """A request that names no sandbox file (a bad id or query parameter)."""
+
+
+def check_segment(kind: str, value: str) -> str:
+    """`value` if it can name one directory under the sandboxes; raises BadRequest if not."""
+    if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
+        raise BadRequest(f"invalid {kind}: {value!r}")
+    return value
+
+
+def parse_range(offset: str | None, length: str | None) -> tuple[int | None, int]:
+    """The `offset` (None: read the tail) and `length` query parameters, checked."""
+    try:
+        start = None if offset in (None, "") else int(offset)
+        size = DEFAULT_LENGTH if length in (None, "") else int(length)
+    except ValueError:
+        raise BadRequest("offset and length must be integers") from None
+    if (start is not None and start < 0) or size < 0:
+        raise BadRequest("offset and length must not be negative")
+    return start, min(size, MAX_LENGTH)
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    data: bytes
+    offset: int  # of data[0] in the file
+    size: int  # of the whole file
+
+
+def read_chunk(
+    sandboxes: Path, framework_id: str, task_id: str, name: str, offset: int | None, length: int
+) -> Chunk | None:
+    """Blocking: bytes of one sandbox file, or None if there is no such regular file."""
+    if name not in FILES:
+        return None
+    root = sandboxes.resolve()
+    directory = (root / framework_id / task_id).resolve()
+    if not directory.is_relative_to(root) or directory == root:
+        return None
+    try:
+        fd = os.open(directory / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP, errno.EACCES):
+            return None
+        raise
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        size = info.st_size
+        start = max(size - length, 0) if offset is None else min(offset, size)
+        f.seek(start)
+        return Chunk(f.read(length), start, size)
+
+
+async def _read(request: web.Request) -> web.Response:
+    info = request.match_info
+    try:
+        framework_id = check_segment("framework id", info["framework_id"])
+        task_id = check_segment("task id", info["task_id"])
+        offset, length = parse_range(request.query.get("offset"), request.query.get("length"))
+    except BadRequest as e:
+        raise web.HTTPBadRequest(text=str(e)) from None
+    chunk = await asyncio.to_thread(
+        read_chunk, request.app[_SANDBOXES_KEY], framework_id, task_id, info["file"], offset, length
+    )
+    if chunk is None:
+        raise web.HTTPNotFound(text=f"no {info['file']} in a sandbox of task {task_id!r}")
+    return web.Response(
+        body=chunk.data,
+        content_type="text/plain",
+        charset="utf-8",
+        headers={
+            OFFSET_HEADER: str(chunk.offset),
+            SIZE_HEADER: str(chunk.size),
+            "Cache-Control": "no-store",
+            "X-Content-Type-Options": "nosniff",
+        },
+    )
+
+
+def create_sandbox_app(work_dir: str | os.PathLike[str]) -> web.Application:
+    app = web.Application()
+    app[_SANDBOXES_KEY] = Path(work_dir).absolute() / "sandboxes"
+    app.router.add_get(r"/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}", _read)
+    return app
+
+
+def host_towards(master: str) -> str:
+    """The local IP address this machine uses to reach `master` (HOST:PORT).
+
+    A UDP socket's connect() only picks a route; nothing is sent. Binding the
+    sandbox server there makes it reachable by the master without listening on
+    every interface; for a master on 127.0.0.1 it is 127.0.0.1.
+    """
+    host, _, port = master.rpartition(":")
+    host = host.strip("[]") or "127.0.0.1"
+    try:
+        family = socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)[0][0]
+        with socket.socket(family, socket.SOCK_DGRAM) as s:
+            s.connect((host, int(port or 9)))
+            local: str = s.getsockname()[0]
+            return local
+    except (OSError, ValueError):
+        return "127.0.0.1"
+
+
+class SandboxServer:
+    """The sandbox HTTP server of one agent. `address` (HOST:PORT) is what to register.
+
+    `advertise_host` is the host put in `address`; by default the host listened
+    on, or this machine's hostname when that is a wildcard address.
+    """
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        advertise_host: str | None = None,
+    ) -> None:
+        self._work_dir = work_dir
+        self._host = host
+        self._port = port
+        self._advertise = advertise_host
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def address(self) -> str:
+        host = self._advertise or self._host
+        if host in ("", "0.0.0.0", "::"):
+            host = socket.gethostname()
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(
+            create_sandbox_app(self._work_dir), access_log=None, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._host, self._port)
+        try:
+            await site.start()
+        except OSError:
+            await self._runner.cleanup()
+            self._runner = None
+            raise
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        log.info("sandbox server started", address=self.address)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    async def __aenter__(self) -> SandboxServer:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
