@@ -40,6 +40,7 @@ def state_snapshot(master: Master) -> dict[str, Any]:
                 "weight": alloc.role_weight(f.info.role),
                 "connected": f.connected,
                 "suppressed": f.suppressed,
+                "removing": f.removing,
                 "failover_timeout": f.info.failover_timeout,
                 "allocated": allocated.to_dict(),
                 "used": used.to_dict(),

@@ -144,6 +144,8 @@ class Framework:
     # Updates the master made (say, TASK_LOST) while the framework was away,
     # sent when it subscribes again.
     undelivered: list[TaskStatus] = field(default_factory=list)
+    # Torn down, waiting for its tasks to end; unknown to everyone else.
+    removing: bool = False
 
     @property
     def connected(self) -> bool:
@@ -370,7 +372,7 @@ class Master:
 
     def _resubscribe(self, info: FrameworkInfo, outbox: Outbox[msg.FrameworkMessage]) -> str:
         framework = self.frameworks.get(info.framework_id)
-        if framework is None:
+        if framework is None or framework.removing:
             raise RegistrationRefused(
                 "NOT_FOUND", f"framework {info.framework_id} is not known to this master"
             )
@@ -445,29 +447,43 @@ class Master:
         self._remove_framework(framework)
 
     def _remove_framework(self, framework: Framework) -> None:
+        """Tear a framework down: kill its tasks, then forget it once they have ended.
+
+        Its tasks' resources stay allocated until the agents report the tasks
+        ended (or the agents are removed): freed any earlier, they would be
+        offered while the processes still run, and the agent would refuse the
+        launches for lack of room.
+        """
         framework_id = framework.framework_id
         self._rescind_offers(framework, notify=False)
-        for task in list(framework.tasks.values()):
+        if framework.failover_timer is not None:
+            framework.failover_timer.cancel()
+            framework.failover_timer = None
+        if framework.outbox is not None:
+            framework.outbox.close("framework torn down")
+            framework.outbox = None
+        self.registry.remove_framework(framework_id)
+        framework.removing = True
+        self.allocator.disconnect_framework(framework_id)
+        for task in framework.tasks.values():
             agent = self.agents.get(task.agent_id)
-            if agent is not None:
-                agent.tasks.pop((framework_id, task.spec.task_id), None)
-                if agent.outbox is not None:
-                    agent.outbox.send(msg.KillTask(framework_id, task.spec.task_id))
+            if agent is not None and agent.outbox is not None:
+                agent.outbox.send(msg.KillTask(framework_id, task.spec.task_id))
             log.info(
                 "killing task of removed framework",
                 framework_id=framework_id,
                 task_id=task.spec.task_id,
                 agent_id=task.agent_id,
             )
-        if framework.failover_timer is not None:
-            framework.failover_timer.cancel()
-        if framework.outbox is not None:
-            framework.outbox.close("framework torn down")
-        self.allocator.remove_framework(framework_id)
-        self.registry.remove_framework(framework_id)
-        del self.frameworks[framework_id]
-        log.info("framework removed", framework_id=framework_id, tasks=len(framework.tasks))
-        self.request_allocation()
+        log.info("framework torn down", framework_id=framework_id, tasks=len(framework.tasks))
+        self._forget_if_done(framework)
+
+    def _forget_if_done(self, framework: Framework) -> None:
+        if framework.removing and not framework.tasks:
+            self.allocator.remove_framework(framework.framework_id)
+            del self.frameworks[framework.framework_id]
+            log.info("framework removed", framework_id=framework.framework_id)
+            self.request_allocation()
 
     # Framework calls -------------------------------------------------------
 
@@ -650,7 +666,7 @@ class Master:
 
     def _framework(self, framework_id: str) -> Framework:
         framework = self.frameworks.get(framework_id)
-        if framework is None:
+        if framework is None or framework.removing:
             raise CallRejected(f"framework {framework_id} is not known")
         return framework
 
@@ -1014,6 +1030,11 @@ class Master:
         if framework is not None and framework.outbox is not None:
             framework.outbox.send(msg.Update(status))
             self.metrics.update_forwarded(status.state)
+        elif framework is not None and framework.removing and status.update_id:
+            if agent.outbox is not None:  # nobody else will acknowledge it
+                agent.outbox.send(
+                    msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+                )
 
     def _completed_task(self, framework: Framework, task_id: str) -> Task | None:
         return next((t for t in framework.completed if t.spec.task_id == task_id), None)
@@ -1047,6 +1068,7 @@ class Master:
             agent.tasks.pop((task.framework_id, task.spec.task_id), None)
             self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
         self.request_allocation()
+        self._forget_if_done(framework)
 
     # Periodic --------------------------------------------------------------
 
