@@ -1030,11 +1030,15 @@ class Master:
         if framework is not None and framework.outbox is not None:
             framework.outbox.send(msg.Update(status))
             self.metrics.update_forwarded(status.state)
-        elif framework is not None and framework.removing and status.update_id:
-            if agent.outbox is not None:  # nobody else will acknowledge it
-                agent.outbox.send(
-                    msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
-                )
+        elif (
+            framework is not None
+            and framework.removing
+            and status.update_id
+            and agent.outbox is not None
+        ):  # torn down: nobody else will acknowledge it
+            agent.outbox.send(
+                msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+            )
 
     def _completed_task(self, framework: Framework, task_id: str) -> Task | None:
         return next((t for t in framework.completed if t.spec.task_id == task_id), None)
