@@ -52,6 +52,10 @@ def _read_into(
                 handle(request)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
+        except Exception:
+            # A bug, not bad input (that is rejected with an ERROR): end the
+            # stream, loudly, rather than leave the peer talking to nobody.
+            log.exception("handling a message failed; closing the stream")
         finally:
             outbox.close("the peer closed its stream")
 

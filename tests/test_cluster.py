@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from examples.batch import BatchFramework, BatchSpec
-from framework_sdk import Resources, TaskSpec, TaskState
+from framework_sdk import Offer, Resources, TaskSpec, TaskState
 from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition
@@ -232,3 +232,37 @@ async def test_readme_hello_framework_runs_its_tasks(
         ]
         assert len(finished) == 3
         assert cluster.master.frameworks == {}
+
+
+async def test_teardown_frees_resources_only_when_the_tasks_have_ended(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path) as cluster:
+        await cluster.add_agent("cpus:2;mem:1024")
+        leaving = RecordingFramework("leaving")
+        cpus_offered_while_leaving_existed: list[bool] = []
+
+        class Staying(RecordingFramework):
+            async def on_offers(self, offers: list[Offer]) -> None:
+                for o in offers:
+                    if o.resources.get_amount("cpus") > 0:
+                        present = leaving.framework_id in cluster.master.frameworks
+                        cpus_offered_while_leaving_existed.append(present)
+                await super().on_offers(offers)
+
+        staying = Staying("staying")
+        async with running(leaving, cluster.address):
+            offer = await leaving.next_offer()
+            # Ignores SIGTERM: it dies only at SIGKILL, a grace period after the kill.
+            stubborn = TaskSpec("stubborn", "trap '' TERM; sleep 60", Resources(cpus=2, mem=64))
+            await leaving.launch(offer, [stubborn])
+            await leaving.wait_state("stubborn", TaskState.RUNNING)
+            async with running(staying, cluster.address):
+                await leaving.teardown()
+                await wait_for_condition(
+                    lambda: bool(cpus_offered_while_leaving_existed), what="CPUs offered"
+                )
+                # Offered only once the stubborn task was gone, so a launch fits.
+                assert cpus_offered_while_leaving_existed == [False]
+                offer = next(o for _, o in staying.offers if o.resources.get_amount("cpus") == 2)
+                task = TaskSpec("next", "sleep 60", Resources(cpus=2, mem=64))
+                await staying.launch(offer, [task])
+                await staying.wait_state("next", TaskState.RUNNING)
