@@ -429,6 +429,10 @@ def _watch(view: View, args: argparse.Namespace) -> int:
     """Show the view again every `--watch` seconds until Ctrl-C: live on a terminal,
     one snapshot after another when piped, and one JSON document a line with --json."""
     console, every = _console(), args.watch
+    # Started in the background by a shell, we may inherit SIGINT ignored; Ctrl-C
+    # (and SIGTERM) must still stop the watch.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
 
     def frame() -> RenderableType:
         try:
