@@ -1,5 +1,6 @@
 """The agent's edge of the AgentGateway stream: AgentEvent messages in, AgentCall
-messages out. The rest of the agent only sees the dataclasses below.
+messages out. The rest of the agent only sees domain values: the master's
+messages (`mesolite.agent_messages`, shared with the master) and `InvalidLaunch`.
 """
 
 from __future__ import annotations
@@ -8,21 +9,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from mesolite import convert
-from mesolite.model import RunningTask, TaskSpec, TaskStatus
+from mesolite.agent_messages import AcknowledgeUpdate as Acknowledge
+from mesolite.agent_messages import AgentRegistered as Registered
+from mesolite.agent_messages import KillTask, LaunchTask
+from mesolite.model import RunningTask, TaskStatus
 from mesolite.resources import InvalidResources, Resources
 from mesolite.v1 import agent_pb2
 
-
-@dataclass(frozen=True, slots=True)
-class Registered:
-    agent_id: str
-    heartbeat_interval: float
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchTask:
-    framework_id: str
-    task: TaskSpec
+__all__ = [
+    "Acknowledge",
+    "Event",
+    "InvalidLaunch",
+    "KillTask",
+    "LaunchTask",
+    "Registered",
+    "event_from_proto",
+    "heartbeat_call",
+    "register_call",
+    "status_update_call",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,19 +37,6 @@ class InvalidLaunch:
     framework_id: str
     task_id: str
     reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class KillTask:
-    framework_id: str
-    task_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Acknowledge:
-    framework_id: str
-    task_id: str
-    update_id: str
 
 
 Event = Registered | LaunchTask | InvalidLaunch | KillTask | Acknowledge

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mesolite.model import Offer, TaskSpec, TaskStatus
+from mesolite.model import Offer, TaskStatus
 
 # To frameworks ----------------------------------------------------------------
 
@@ -48,32 +48,28 @@ class Heartbeat:
 
 FrameworkMessage = Subscribed | Offers | Rescind | Update | AgentFailure | Error | Heartbeat
 
-# To agents ---------------------------------------------------------------------
+# To agents: defined once, for the master and the agent alike.
 
+from mesolite.agent_messages import (  # noqa: E402
+    AcknowledgeUpdate,
+    AgentMessage,
+    AgentRegistered,
+    KillTask,
+    LaunchTask,
+)
 
-@dataclass(frozen=True, slots=True)
-class AgentRegistered:
-    agent_id: str
-    heartbeat_interval: float
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchTask:
-    framework_id: str
-    task: TaskSpec
-
-
-@dataclass(frozen=True, slots=True)
-class KillTask:
-    framework_id: str
-    task_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class AcknowledgeUpdate:
-    framework_id: str
-    task_id: str
-    update_id: str
-
-
-AgentMessage = AgentRegistered | LaunchTask | KillTask | AcknowledgeUpdate
+__all__ = [
+    "AcknowledgeUpdate",
+    "AgentFailure",
+    "AgentMessage",
+    "AgentRegistered",
+    "Error",
+    "FrameworkMessage",
+    "Heartbeat",
+    "KillTask",
+    "LaunchTask",
+    "Offers",
+    "Rescind",
+    "Subscribed",
+    "Update",
+]
