@@ -390,15 +390,11 @@ class Agent:
             )
             try:
                 async with asyncio.timeout(self._registration_timeout):
-                    first = await _read(call)
+                    event = await self._await_registered(call)
             except TimeoutError:
                 return _StreamEnd(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to register", False)
-            if first is None:
+            if event is None:
                 return await _ended(call, registered)
-            event = wire.event_from_proto(first)
-            if not isinstance(event, wire.Registered) or not event.agent_id:
-                log.error("expected `registered` as the master's first event", got=str(event))
-                return _StreamEnd(grpc.StatusCode.INTERNAL, "protocol error", False)
             await self._on_registered(event)
             registered = True
             interval = event.heartbeat_interval
@@ -418,6 +414,35 @@ class Agent:
                 helper.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
             call.cancel()
+
+    async def _await_registered(self, call: Any) -> wire.Registered | None:
+        """Read until `registered` (None if the stream ends first).
+
+        The master sends `registered` first. Should anything come before it,
+        the stream is not dropped (that would only repeat the same exchange):
+        kills and acknowledgements are safe to apply at any time and are
+        applied; a launch is refused (reported TASK_FAILED), since this agent
+        has no confirmed identity yet to run it under.
+        """
+        while (message := await _read(call)) is not None:
+            event = wire.event_from_proto(message)
+            if isinstance(event, wire.Registered) and event.agent_id:
+                return event
+            log.error(
+                "the master broke the protocol order: event before `registered`",
+                agent_id=self._agent_id,
+                got=str(event),
+            )
+            if isinstance(event, wire.LaunchTask):
+                self._report(
+                    event.framework_id,
+                    event.task.task_id,
+                    TaskState.FAILED,
+                    "launch sent before the agent was registered",
+                )
+            elif isinstance(event, wire.KillTask | wire.Acknowledge):
+                self._handle(event)
+        return None
 
     def _registration_tasks(self) -> list[RunningTask]:
         """The running tasks, then those whose end is not acknowledged yet.

@@ -9,6 +9,46 @@ outboxes. Every method is synchronous, so each call is atomic on the event loop.
 Which framework gets which resources is the allocator's decision (`Allocator`,
 pure); this module only tells it what happened and turns its decisions into
 offers.
+
+Recovery rules (a master restart must never cost the workload)
+---------------------------------------------------------------
+Let W be `agent_reregister_timeout`, counted from the master's start.
+
+1. Recovered frameworks get a grace: a framework the registry lists is
+   removed only if it has not re-subscribed within W + its failover timeout
+   of the master's start. A failover timeout measures time away from a
+   *running* master; the grace is never shorter than W, whatever the
+   failover timeout (0 included). Mesos starts no failover timer at all for
+   frameworks recovered after a failover; mesolite bounds the wait instead.
+2. Agents the registry lists have W to re-register; after that they are
+   removed and the tasks the registry placed on them reported TASK_LOST
+   (queued for frameworks that are away). Agents that return in time keep
+   their tasks; tasks the registry placed there that the agent no longer
+   reports are TASK_LOST.
+3. The agent protocol has one order: `Registered` is the first message on
+   every agent stream; kills for the tasks it reported come after it.
+4. No orphans. A task an agent reports whose framework is gone (torn down
+   before the restart, removed during it, or never known to this registry)
+   is adopted under a *removing* framework: its resources stay allocated
+   (so they are not offered while the process runs), it is killed after
+   `Registered`, and its resources return when the agent reports the end.
+   Torn-down frameworks stay in the registry, marked removing, until their
+   last task has ended, so a restart in between still kills those tasks.
+5. Teardown while an agent is disconnected (partitioned): the kill cannot be
+   sent; it is sent again when that agent re-registers. If the agent is
+   removed first, its tasks are LOST and the agent, refused on return,
+   kills them itself.
+6. Agent back before its frameworks: tasks are adopted under the recovered
+   (disconnected) framework; their updates wait in the agent until the
+   framework re-subscribes and acknowledges. Framework back before the
+   agent: its tasks on the agent are unknown until the agent returns;
+   explicit reconciliation of them gets no answer yet (as in Mesos).
+7. Two restarts in a row: nothing is decided at a restart that a later
+   restart could contradict; every grace and window starts again from the
+   newest start, and the registry is written before anything is
+   acknowledged, so the second master sees what the first acknowledged.
+8. A registry from an older master is migrated in place; one from a newer
+   master is refused (`master/registry.py`).
 """
 
 from __future__ import annotations
@@ -210,14 +250,22 @@ class Master:
     # Recovery --------------------------------------------------------------
 
     def _recover(self) -> None:
-        """Rebuild from the registry after a restart.
+        """Rebuild from the registry after a restart (rules 1, 2, 4 and 7 above).
 
-        Frameworks come back disconnected, each with its failover timeout
-        running from now; agents are expected to re-register with the tasks they
-        still run within `agent_reregister_timeout`. Offers and allocations are
-        not restored: they follow from what agents report.
+        Offers and allocations are not restored: they follow from what agents
+        report.
         """
         now = self._clock()
+        window = self.config.agent_reregister_timeout
+        for agent in self.registry.agents():
+            if agent.removed:
+                self.removed_agents.add(agent.agent_id)
+            else:
+                self.recovering_agents[agent.agent_id] = []
+        for task in self.registry.tasks():
+            self.recovering_agents.setdefault(task.agent_id, []).append(task)
+        if self.recovering_agents:
+            self._recovery_timer = self._loop.call_later(window, self._recovery_expired)
         for entry in self.registry.frameworks():
             info = FrameworkInfo(entry.name, entry.role, entry.failover_timeout, entry.framework_id)
             framework = Framework(
@@ -226,28 +274,33 @@ class Master:
                 outbox=None,
                 registered_at=entry.registered_at,
                 disconnected_at=now,
+                removing=entry.removing,
             )
             self.frameworks[entry.framework_id] = framework
             self.allocator.add_framework(entry.framework_id, entry.role, connected=False)
-            self._start_failover_timer(framework, entry.failover_timeout)
-        for agent in self.registry.agents():
-            if agent.removed:
-                self.removed_agents.add(agent.agent_id)
-            else:
-                self.recovering_agents[agent.agent_id] = []
-        for task in self.registry.tasks():
-            self.recovering_agents.setdefault(task.agent_id, []).append(task)
+            if not entry.removing:
+                self._start_failover_timer(framework, window + entry.failover_timeout)
         if self.frameworks or self.recovering_agents:
             log.info(
                 "recovered from the registry",
                 frameworks=len(self.frameworks),
+                removing_frameworks=sum(f.removing for f in self.frameworks.values()),
                 agents=len(self.recovering_agents),
                 removed_agents=len(self.removed_agents),
+                grace=window,
             )
-        if self.recovering_agents:
-            self._recovery_timer = self._loop.call_later(
-                self.config.agent_reregister_timeout, self._recovery_expired
-            )
+        # A removing framework with no task left to wait for is done.
+        for framework in list(self.frameworks.values()):
+            if framework.removing and not self._tasks_expected(framework.framework_id):
+                self._forget_if_done(framework)
+
+    def _tasks_expected(self, framework_id: str) -> bool:
+        """Whether an agent still re-registering was given a task of this framework."""
+        return any(
+            entry.framework_id == framework_id
+            for entries in self.recovering_agents.values()
+            for entry in entries
+        )
 
     @_checked
     def _recovery_expired(self) -> None:
@@ -268,6 +321,8 @@ class Master:
                     ),
                 )
             log.warning("agent did not re-register; removed", agent_id=agent_id, tasks=len(tasks))
+        for framework in list(self.frameworks.values()):
+            self._forget_if_done(framework)
 
     def _notify(self, framework_id: str, status: TaskStatus) -> None:
         """Send a master-made update now, or when the framework is back."""
@@ -462,27 +517,36 @@ class Master:
         if framework.outbox is not None:
             framework.outbox.close("framework torn down")
             framework.outbox = None
-        self.registry.remove_framework(framework_id)
+        self.registry.mark_framework_removing(framework_id)
         framework.removing = True
         self.allocator.disconnect_framework(framework_id)
         for task in framework.tasks.values():
             agent = self.agents.get(task.agent_id)
             if agent is not None and agent.outbox is not None:
                 agent.outbox.send(msg.KillTask(framework_id, task.spec.task_id))
+            # Else the agent is away: the kill goes out when it re-registers (rule 5).
             log.info(
                 "killing task of removed framework",
                 framework_id=framework_id,
                 task_id=task.spec.task_id,
                 agent_id=task.agent_id,
+                agent_connected=agent is not None and agent.outbox is not None,
             )
         log.info("framework torn down", framework_id=framework_id, tasks=len(framework.tasks))
         self._forget_if_done(framework)
 
     def _forget_if_done(self, framework: Framework) -> None:
-        if framework.removing and not framework.tasks:
-            self.allocator.remove_framework(framework.framework_id)
-            del self.frameworks[framework.framework_id]
-            log.info("framework removed", framework_id=framework.framework_id)
+        """Forget a removing framework once none of its tasks can still be running.
+
+        Tasks on agents still re-registering after a restart may come back;
+        until then the framework stays (removing), so their return kills them.
+        """
+        framework_id = framework.framework_id
+        if framework.removing and not framework.tasks and not self._tasks_expected(framework_id):
+            self.registry.remove_framework(framework_id)
+            self.allocator.remove_framework(framework_id)
+            del self.frameworks[framework_id]
+            log.info("framework removed", framework_id=framework_id)
             self.request_allocation()
 
     # Framework calls -------------------------------------------------------
@@ -810,11 +874,12 @@ class Master:
                 "INVALID_ARGUMENT", f"running tasks use {used}, more than the agent's {total}"
             )
         now = self._clock()
+        kills: list[msg.KillTask] = []  # sent after `Registered` (rule 3)
         if agent_id in self.agents:
-            self._reregister_known(self.agents[agent_id], address, running, outbox, now)
+            kills = self._reregister_known(self.agents[agent_id], address, running, outbox, now)
         elif agent_id in self.recovering_agents:
             self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
-            self._reregister_recovered(self.agents[agent_id], running)
+            kills = self._reregister_recovered(self.agents[agent_id], running)
         elif agent_id:
             raise RegistrationRefused(
                 "FAILED_PRECONDITION",
@@ -827,6 +892,8 @@ class Master:
             self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
             log.info("agent registered", agent_id=agent_id, hostname=hostname, resources=str(total))
         outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
+        for kill in kills:
+            outbox.send(kill)
         self.request_allocation()
         return agent_id
 
@@ -837,7 +904,8 @@ class Master:
         running: Sequence[RunningTask],
         outbox: Outbox[msg.AgentMessage],
         now: float,
-    ) -> None:
+    ) -> list[msg.KillTask]:
+        """An agent this master already has connects again; returns the kills it owes."""
         if agent.outbox is not None:
             agent.outbox.close("the agent connected again")
         agent.outbox = outbox
@@ -855,7 +923,26 @@ class Master:
                 continue  # its end was applied; the agent still awaits the acknowledgement
             self._adopt_task(agent, rt)
         self.allocator.activate_agent(agent.agent_id)
-        log.info("agent re-registered", agent_id=agent.agent_id, tasks=len(running))
+        kills = self._kills_owed(agent)
+        log.info(
+            "agent re-registered", agent_id=agent.agent_id, tasks=len(running), kills=len(kills)
+        )
+        return kills
+
+    def _kills_owed(self, agent: Agent) -> list[msg.KillTask]:
+        """Kills for the agent's tasks whose framework is being removed (rules 4 and 5)."""
+        kills = []
+        for (framework_id, task_id), task in agent.tasks.items():
+            framework = self.frameworks[task.framework_id]
+            if framework.removing:
+                kills.append(msg.KillTask(framework_id, task_id))
+                log.info(
+                    "killing task of removed framework",
+                    framework_id=framework_id,
+                    task_id=task_id,
+                    agent_id=agent.agent_id,
+                )
+        return kills
 
     def _add_agent(
         self,
@@ -881,8 +968,10 @@ class Master:
         self.allocator.add_agent(agent_id, total)
         self._cluster_changed()
 
-    def _reregister_recovered(self, agent: Agent, running: Sequence[RunningTask]) -> None:
-        """An agent the registry knows comes back after a master restart."""
+    def _reregister_recovered(
+        self, agent: Agent, running: Sequence[RunningTask]
+    ) -> list[msg.KillTask]:
+        """An agent the registry knows comes back after a master restart (rule 2)."""
         expected = self.recovering_agents.pop(agent.agent_id)
         if not self.recovering_agents and self._recovery_timer is not None:
             self._recovery_timer.cancel()
@@ -902,27 +991,37 @@ class Master:
                     "the agent no longer runs this task",
                 ),
             )
+        kills = self._kills_owed(agent)
         log.info(
             "agent re-registered after master restart",
             agent_id=agent.agent_id,
             tasks=len(running),
             lost=len(lost),
+            kills=len(kills),
         )
+        # Removing frameworks waiting only for this agent's lost tasks are done.
+        for entry in lost:
+            framework = self.frameworks.get(entry.framework_id)
+            if framework is not None:
+                self._forget_if_done(framework)
+        return kills
 
     def _adopt_task(self, agent: Agent, rt: RunningTask) -> None:
-        """Take in a task an agent reports that this master does not know yet."""
+        """Take in a task an agent reports that this master does not know yet.
+
+        A task of a framework this master does not know (rule 4) is adopted
+        under a stand-in removing framework, so its resources stay counted
+        until the kill that follows `Registered` has ended it.
+        """
         framework = self.frameworks.get(rt.framework_id)
         if framework is None:
-            # Not in the registry: nobody will ever manage this task.
-            if agent.outbox is not None:
-                agent.outbox.send(msg.KillTask(rt.framework_id, rt.task.task_id))
+            framework = self._stand_in(rt.framework_id)
             log.warning(
-                "killing task of a framework this master does not know",
+                "task of a framework this master does not know; it will be killed",
                 agent_id=agent.agent_id,
                 framework_id=rt.framework_id,
                 task_id=rt.task.task_id,
             )
-            return
         spec = _with_agent(rt.task, agent.agent_id)
         # A task that ended while the master was away is reported with its end
         # state; to the master it runs until that (unacknowledged) update arrives.
@@ -939,6 +1038,21 @@ class Master:
             task_id=spec.task_id,
             state=rt.state.value,
         )
+
+    def _stand_in(self, framework_id: str) -> Framework:
+        """A removing framework for tasks whose framework is gone, in the default role."""
+        info = FrameworkInfo("(gone)", DEFAULT_ROLE, 0.0, framework_id)
+        framework = Framework(
+            framework_id, info, outbox=None, registered_at=time.time(), removing=True
+        )
+        self.registry.add_framework(
+            FrameworkEntry(
+                framework_id, info.name, DEFAULT_ROLE, 0.0, framework.registered_at, removing=True
+            )
+        )
+        self.frameworks[framework_id] = framework
+        self.allocator.add_framework(framework_id, DEFAULT_ROLE, connected=False)
+        return framework
 
     def agent_heartbeat(self, agent_id: str) -> None:
         agent = self.agents.get(agent_id)

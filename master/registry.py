@@ -6,6 +6,11 @@ removed) and the tasks placed on them (so that tasks of an agent that never
 comes back can be reported lost). Offers, filters and allocations are not kept:
 they are rebuilt from what agents and frameworks report when they return.
 
+The file carries a schema version (`PRAGMA user_version`). A registry written
+by an older master is migrated in place when opened; one written by a newer
+master, whose meaning this code cannot know, is refused with an error (the
+master does not start rather than misread it).
+
 Each change is committed before the master acknowledges it (SUBSCRIBED,
 REGISTERED, a launch). The database runs in WAL mode with synchronous=NORMAL:
 a commit survives the master process being killed (SIGKILL), which is the
@@ -25,13 +30,18 @@ from pathlib import Path
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources
 
+# Version 1: the first registry (frameworks, agents, tasks).
+# Version 2: frameworks.removing: torn down, its tasks still being killed.
+SCHEMA_VERSION = 2
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS frameworks (
     framework_id TEXT PRIMARY KEY,
     name TEXT NOT NULL,
     role TEXT NOT NULL,
     failover_timeout REAL NOT NULL,
-    registered_at REAL NOT NULL
+    registered_at REAL NOT NULL,
+    removing INTEGER NOT NULL DEFAULT 0
 );
 CREATE TABLE IF NOT EXISTS agents (
     agent_id TEXT PRIMARY KEY,
@@ -59,6 +69,12 @@ class FrameworkEntry:
     role: str
     failover_timeout: float
     registered_at: float
+    # Torn down before the restart; its tasks are killed when their agents return.
+    removing: bool = False
+
+
+class RegistryError(Exception):
+    """The registry file cannot be used by this master (say, written by a newer one)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +102,37 @@ class Registry:
         self._db = sqlite3.connect(path or ":memory:", isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        self._open_schema()
+
+    def _open_schema(self) -> None:
+        """Create the tables, or bring an older registry up to `SCHEMA_VERSION`."""
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        exists = self._db.execute(
+            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'frameworks'"
+        ).fetchone()
+        if exists and version == 0:
+            version = 1  # version 1 did not set user_version
+        if version > SCHEMA_VERSION:
+            self._db.close()
+            raise RegistryError(
+                f"registry {self.path} has schema version {version}, newer than this "
+                f"master's {SCHEMA_VERSION}: run the newer master, or move the file away"
+            )
+        if not exists:
+            self._db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
+            return
+        with self._db:
+            self._db.execute("BEGIN")
+            if version < 2:
+                self._db.execute(
+                    "ALTER TABLE frameworks ADD COLUMN removing INTEGER NOT NULL DEFAULT 0"
+                )
+            self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+    @property
+    def schema_version(self) -> int:
+        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        return int(version)
 
     def close(self) -> None:
         self._db.close()
@@ -95,14 +141,21 @@ class Registry:
 
     def add_framework(self, entry: FrameworkEntry) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO frameworks VALUES (?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO frameworks VALUES (?, ?, ?, ?, ?, ?)",
             (
                 entry.framework_id,
                 entry.name,
                 entry.role,
                 entry.failover_timeout,
                 entry.registered_at,
+                int(entry.removing),
             ),
+        )
+
+    def mark_framework_removing(self, framework_id: str) -> None:
+        """Torn down: kept until its tasks have ended, so a restart still kills them."""
+        self._db.execute(
+            "UPDATE frameworks SET removing = 1 WHERE framework_id = ?", (framework_id,)
         )
 
     def remove_framework(self, framework_id: str) -> None:
@@ -112,8 +165,14 @@ class Registry:
             self._db.execute("DELETE FROM tasks WHERE framework_id = ?", (framework_id,))
 
     def frameworks(self) -> list[FrameworkEntry]:
-        rows = self._db.execute("SELECT * FROM frameworks ORDER BY registered_at").fetchall()
-        return [FrameworkEntry(*row) for row in rows]
+        rows = self._db.execute(
+            "SELECT framework_id, name, role, failover_timeout, registered_at, removing "
+            "FROM frameworks ORDER BY registered_at"
+        ).fetchall()
+        return [
+            FrameworkEntry(framework_id, name, role, failover, registered_at, bool(removing))
+            for framework_id, name, role, failover, registered_at, removing in rows
+        ]
 
     # Agents ----------------------------------------------------------------
 

@@ -119,7 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=60.0,
         metavar="S",
-        help="after a restart, agents not back within this are removed and their tasks lost",
+        help="after a restart, agents not back within this are removed and their tasks lost; "
+        "frameworks get this plus their failover timeout to re-subscribe",
     )
     m.add_argument(
         "--check-invariants",
@@ -259,6 +260,7 @@ async def _until_signalled() -> None:
 
 async def _run_master(args: argparse.Namespace) -> int:
     from master.master import MasterConfig
+    from master.registry import RegistryError
     from master.roles import RolesConfigError
     from master.server import MasterServer
 
@@ -277,7 +279,7 @@ async def _run_master(args: argparse.Namespace) -> int:
     server = MasterServer(config, args.host, args.port, args.http_port)
     try:
         await server.start()
-    except (RolesConfigError, OSError) as e:
+    except (RolesConfigError, RegistryError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         await server.stop()
         return 2

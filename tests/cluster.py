@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from types import TracebackType
@@ -237,6 +238,34 @@ class MasterProcess:
             response.raise_for_status()
             data: dict[str, Any] = await response.json()
             return data
+
+    async def wait_state(
+        self,
+        session: aiohttp.ClientSession,
+        predicate: Callable[[dict[str, Any]], bool],
+        what: str,
+        timeout: float = 30.0,
+    ) -> dict[str, Any]:
+        """Poll /state until `predicate` holds (a master still starting is waited for)."""
+        state: dict[str, Any] = {}
+
+        async def check() -> bool:
+            nonlocal state
+            try:
+                state = await self.state(session)
+            except aiohttp.ClientError:
+                return False
+            return bool(predicate(state))
+
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not await check():
+            if loop.time() > deadline:
+                raise AssertionError(
+                    f"timed out after {timeout}s waiting for {what}; state {state}"
+                )
+            await asyncio.sleep(0.1)
+        return state
 
 
 async def spawn_agent_process(

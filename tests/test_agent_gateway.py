@@ -56,6 +56,8 @@ class FakeMaster(agent_pb2_grpc.AgentGatewayServicer):
         self.heartbeat_interval = 0.05
         self.should_ack: Callable[[TaskStatus], bool] = lambda status: True
         self.refuse_next: tuple[grpc.StatusCode, str] | None = None
+        # Sent on the next stream *before* `registered`: a master breaking the order.
+        self.before_registered: list[agent_pb2.AgentEvent] = []
         self.streams: list[Stream] = []
         self.updates: list[Received] = []
         self.heartbeats = 0
@@ -75,6 +77,9 @@ class FakeMaster(agent_pb2_grpc.AgentGatewayServicer):
             self.refuse_next = None
             await context.abort(code, details)
         agent_id = first.register.agent_id or f"agent-{next(self._ids)}"
+        for early in self.before_registered:
+            await context.write(early)
+        self.before_registered = []
         await context.write(
             agent_pb2.AgentEvent(
                 registered=agent_pb2.AgentEvent.Registered(
@@ -318,6 +323,37 @@ async def test_reregisters_with_its_running_tasks(
     assert running.task == task("t1", "sleep 30")
     assert await within(agent.wait_registered()) == "agent-1"
     assert group_alive(pid)
+
+
+async def test_events_before_registered_do_not_drop_the_stream(
+    master: FakeMaster, start_agent: StartAgent
+) -> None:
+    """A master that sends a kill before `registered` (as one once did after a
+    restart): the agent applies the kill, refuses a launch, and stays on the
+    stream instead of reconnecting into the same exchange forever."""
+    agent = await start_agent()
+    master.launch(task("t1", "sleep 30"))
+    await master.wait_state("t1", TaskState.RUNNING)
+    pid = task_pid(agent, "t1")
+
+    kill = agent_pb2.AgentEvent.KillTask(framework_id=FW, task_id="t1")
+    launch = agent_pb2.AgentEvent.LaunchTask(
+        framework_id=FW, task=convert.task_to_proto(task("early", "sleep 30"))
+    )
+    master.before_registered = [
+        agent_pb2.AgentEvent(kill_task=kill),
+        agent_pb2.AgentEvent(launch_task=launch),
+    ]
+    master.end_stream(grpc.StatusCode.UNAVAILABLE, "master restarting")
+    await master.wait_streams(2)
+    assert await within(agent.wait_registered()) == "agent-1"
+
+    await master.wait_state("t1", TaskState.KILLED)
+    failed = await master.wait_state("early", TaskState.FAILED)
+    assert "before the agent was registered" in failed.message
+    await wait_for_condition(lambda: not group_alive(pid), timeout=10, what="t1's processes gone")
+    # Still on the second stream: nothing made the agent drop it.
+    assert len(master.streams) == 2 and not master.stream.half_closed
 
 
 async def test_reregistration_resends_unacknowledged_updates(

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -27,29 +25,6 @@ async def cleanup(master: MasterProcess, agents: list[AgentProcess]) -> AsyncIte
         await master.stop()
 
 
-async def poll_state(
-    master: MasterProcess, session: aiohttp.ClientSession, predicate: Any, what: str
-) -> dict[str, Any]:
-    state: dict[str, Any] = {}
-
-    async def check() -> bool:
-        nonlocal state
-        try:
-            state = await master.state(session)
-        except aiohttp.ClientError:
-            return False
-        return bool(predicate(state))
-
-    deadline = 30.0
-    loop = asyncio.get_running_loop()
-    end = loop.time() + deadline
-    while not await check():
-        if loop.time() > end:
-            raise AssertionError(f"timed out waiting for {what}; last state {state}")
-        await asyncio.sleep(0.1)
-    return state
-
-
 async def test_master_sigkill_and_restart(tmp_path: Path) -> None:
     master = MasterProcess(
         tmp_path, "--agent-reregister-timeout", "3", "--allocation-interval", "0.2"
@@ -61,7 +36,7 @@ async def test_master_sigkill_and_restart(tmp_path: Path) -> None:
             agents.append(
                 await spawn_agent_process(master.address, tmp_path / name, "cpus:2;mem:1024", name)
             )
-        state = await poll_state(master, http, lambda s: len(s["agents"]) == 2, "two agents")
+        state = await master.wait_state(http, lambda s: len(s["agents"]) == 2, "two agents")
         ids = {a["hostname"]: a["id"] for a in state["agents"]}
 
         fw = RecordingFramework("durable", failover_timeout=120)
@@ -84,8 +59,7 @@ async def test_master_sigkill_and_restart(tmp_path: Path) -> None:
             await wait_for_condition(lambda: fw.subscriptions >= 2, what="re-subscription")
             assert fw.framework_id == framework_id
             await fw.wait_state("on-goes", TaskState.LOST, timeout=30)
-            state = await poll_state(
-                master,
+            state = await master.wait_state(
                 http,
                 lambda s: (
                     [t["id"] for t in s["tasks"]] == ["on-stays"]

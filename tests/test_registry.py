@@ -1,0 +1,76 @@
+"""The registry's schema: created at the current version, older files migrated, newer refused."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from master.registry import SCHEMA_VERSION, FrameworkEntry, Registry, RegistryError
+from mesolite.model import TaskSpec
+from mesolite.resources import Resources
+
+# What the first master (schema version 1, no user_version) wrote.
+VERSION_1 = """
+CREATE TABLE frameworks (
+    framework_id TEXT PRIMARY KEY, name TEXT NOT NULL, role TEXT NOT NULL,
+    failover_timeout REAL NOT NULL, registered_at REAL NOT NULL
+);
+CREATE TABLE agents (
+    agent_id TEXT PRIMARY KEY, hostname TEXT NOT NULL, total TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('admitted', 'removed')), changed_at REAL NOT NULL
+);
+CREATE TABLE tasks (
+    framework_id TEXT NOT NULL, task_id TEXT NOT NULL, agent_id TEXT NOT NULL,
+    name TEXT NOT NULL, command TEXT NOT NULL, resources TEXT NOT NULL,
+    PRIMARY KEY (framework_id, task_id)
+);
+INSERT INTO frameworks VALUES ('F1', 'batch', 'eng', 0.0, 100.0);
+INSERT INTO agents VALUES ('S1', 'host', '{"cpus": 2.0}', 'admitted', 100.0);
+INSERT INTO tasks VALUES ('F1', 't1', 'S1', 't1', 'sleep 60', '{"cpus": 1.0}');
+"""
+
+
+def test_new_registry_has_the_current_version(tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "registry.sqlite")
+    assert registry.schema_version == SCHEMA_VERSION
+    registry.close()
+
+
+def test_registry_of_an_older_master_is_migrated_with_its_contents(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(VERSION_1)
+    registry = Registry(path)
+    assert registry.schema_version == SCHEMA_VERSION
+    assert registry.frameworks() == [FrameworkEntry("F1", "batch", "eng", 0.0, 100.0, False)]
+    [task] = registry.tasks()
+    assert (task.framework_id, task.agent_id, task.task.task_id) == ("F1", "S1", "t1")
+    registry.mark_framework_removing("F1")
+    assert registry.frameworks()[0].removing
+    registry.close()
+    # And it opens again at the current version without migrating twice.
+    again = Registry(path)
+    assert again.frameworks()[0].removing
+    again.close()
+
+
+def test_registry_of_a_newer_master_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite"
+    Registry(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    with pytest.raises(RegistryError, match="newer than this master"):
+        Registry(path)
+
+
+def test_a_removing_framework_keeps_its_tasks_until_removed(tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "registry.sqlite")
+    registry.add_framework(FrameworkEntry("F1", "batch", "*", 0.0, 1.0))
+    registry.add_tasks("F1", "S1", [TaskSpec("t1", "sleep 9", Resources(cpus=1), "t1", "S1")])
+    registry.mark_framework_removing("F1")
+    assert [t.task.task_id for t in registry.tasks()] == ["t1"]
+    registry.remove_framework("F1")
+    assert registry.frameworks() == [] and registry.tasks() == []
+    registry.close()
