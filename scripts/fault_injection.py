@@ -2,44 +2,89 @@
 
     python scripts/fault_injection.py --runs 50            # seeds 0..49
     python scripts/fault_injection.py --seeds 7 12 --faults 10
+    python scripts/fault_injection.py --runs 1000 --out runs.jsonl --shard 0/2 &
+    python scripts/fault_injection.py --runs 1000 --out runs.jsonl --shard 1/2 &
+    python scripts/fault_injection.py --summary runs.jsonl
 
-A benchmark-style script: it prints one line per run and a total, and exits 1
-if any run had a violation (each is printed).
+A benchmark-style script: it prints one line per run and the totals, and exits
+1 if any run had a violation (each is printed). With `--out`, each run's
+figures are appended to a JSON-lines file as it ends, and seeds already in the
+file are skipped, so a long batch can be stopped and resumed (across sessions)
+and split over processes with `--shard K/N` (seeds with seed % N == K).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mesolite.logs import configure
 from tests.chaos import run_chaos
 
+FIGURES = (
+    "silently_lost",
+    "lost_with_agent_up",
+    "duplicate_updates",
+    "leaked",
+    "orphans",
+    "orphans_of_gone",
+    "invariant_violations",
+)
 
-async def main_async(seeds: list[int], faults: int, keep: Path | None) -> int:
-    totals: Counter[str] = Counter()
-    tasks = violations = 0
+
+def summarize(runs: list[dict[str, Any]]) -> str:
+    faults: Counter[str] = Counter()
+    ended: Counter[str] = Counter()
+    figures: Counter[str] = Counter()
+    for run in runs:
+        faults.update(run["faults"])
+        ended.update(run["ended"])
+        figures.update({k: run[k] for k in FIGURES})
+    kills = ", ".join(f"{n} {k}" for k, n in sorted(faults.items()))
+    ends = ", ".join(f"{n} {k}" for k, n in sorted(ended.items()))
+    bad = sum(1 for run in runs if run["violations"])
+    lines = [
+        f"{len(runs)} runs (seeds {min(r['seed'] for r in runs)}..{max(r['seed'] for r in runs)})"
+        if runs
+        else "0 runs",
+        f"kills: {sum(faults.values())} ({kills})",
+        f"tasks: {sum(r['tasks'] for r in runs)} ({ends})",
+        *(f"{k.replace('_', ' ')}: {figures[k]}" for k in FIGURES),
+        f"runs with any violation: {bad}",
+    ]
+    return "\n".join(lines)
+
+
+def load(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def main_async(seeds: list[int], faults: int, out: Path | None) -> int:
+    runs: list[dict[str, Any]] = []
     for seed in seeds:
-        with tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-", dir=keep) as tmp:
+        with tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-") as tmp:
             report = await run_chaos(Path(tmp), seed, faults)
         print(report.line(), flush=True)
         for v in report.violations:
             print(f"    violation: {v}", flush=True)
-        totals.update(report.faults)
-        tasks += report.tasks
-        violations += len(report.violations)
-    kills = ", ".join(f"{n} {k}" for k, n in sorted(totals.items()))
-    print(
-        f"\n{len(seeds)} runs, {sum(totals.values())} kills ({kills}), {tasks} tasks, "
-        f"{violations} violations"
-    )
-    return 1 if violations else 0
+        record = report.to_json()
+        if out is not None:
+            with out.open("a") as f:
+                f.write(record + "\n")
+        runs.append(json.loads(record))
+    print()
+    print(summarize(runs))
+    return 1 if any(run["violations"] for run in runs) else 0
 
 
 def main() -> int:
@@ -47,10 +92,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--seeds", type=int, nargs="*")
     parser.add_argument("--faults", type=int, default=6, help="faults injected per run")
+    parser.add_argument("--out", type=Path, help="append each run's figures (JSON lines)")
+    parser.add_argument("--shard", default="0/1", help="K/N: only seeds with seed %% N == K")
+    parser.add_argument("--summary", type=Path, help="print the totals of a --out file and exit")
     args = parser.parse_args()
+    if args.summary:
+        print(summarize(load(args.summary)))
+        return 0
     configure(level="error")
+    k, n = (int(x) for x in args.shard.split("/"))
     seeds = args.seeds if args.seeds else list(range(args.runs))
-    return asyncio.run(main_async(seeds, args.faults, None))
+    done = {run["seed"] for run in load(args.out)} if args.out else set()
+    seeds = [s for s in seeds if s % n == k and s not in done]
+    return asyncio.run(main_async(seeds, args.faults, args.out))
 
 
 if __name__ == "__main__":

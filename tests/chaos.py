@@ -1,20 +1,30 @@
 """Fault injection: a real cluster with a steady task stream, killed and restarted at random.
 
 One run (`run_chaos(work_dir, seed)`): a master and three agents as separate
-processes, two frameworks (SDK, in this process) each keeping a few short
-tasks running. A seeded schedule then, a few times, SIGKILLs the master, an
-agent (restarted on the same work dir, sometimes only after the master has
-given up on it) or a framework (its run cancelled mid-flight, then a new
-instance with the same id file), and brings it back. Then the frameworks stop
-launching, everything is let to settle, and the run is judged:
+processes, two frameworks (SDK, in this process):
 
-- no task silently lost: every launched task reached a terminal state its
-  framework saw (tasks are short, so all of them end);
+- `alpha`, failover timeout 120 s with an id file: keeps a few short tasks
+  running; when it crashes it comes back as itself;
+- `beta`, failover timeout 0 (the SDK's default): keeps short and long
+  (`sleep 300`) tasks running; when it crashes it is gone for good (that is
+  what a failover timeout of 0 means) and a new generation (`beta-g2`, ...)
+  with a new id takes its place. Only the master can end a gone
+  generation's long tasks.
+
+A seeded schedule then, a few times, SIGKILLs the master (and sometimes, while
+it is down, an agent or a framework too), an agent (restarted on the same work
+dir, sometimes only after the master has given up on it) or a framework, and
+brings each back. Then the frameworks stop launching and kill what is left,
+everything is let to settle, and the run is judged:
+
+- no task silently lost: every task a live framework launched reached a
+  terminal state it saw;
 - each task's story is consistent: no update shown twice (by update id), and
-  once a task has ended nothing but that same end is heard of it again (a
-  reconciliation answer and the agent's own update may both report it);
-- no resources leaked or counted twice: the master ends with no tasks, no
-  framework using anything, and exactly the three agents' resources;
+  once a task has ended nothing but that same end is heard of it again;
+- no resources leaked or counted twice: the master ends with no tasks, only
+  the live frameworks, nothing used, and exactly the three agents' resources;
+- no orphans: no task process is alive at the end on any agent, in
+  particular none of a gone framework;
 - the master's invariants held after every step (`--check-invariants`).
 
 Used by `tests/test_fault_injection.py` (a few seeds in CI) and
@@ -25,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import random
 from collections import Counter
 from dataclasses import dataclass, field
@@ -33,6 +44,8 @@ from typing import Any
 
 import aiohttp
 
+from agent._checkpoint import load_agent_id
+from agent._procs import is_alive
 from framework_sdk import Framework, Offer, Resources, TaskSpec, TaskState, TaskStatus
 from tests.cluster import AgentProcess, MasterProcess, spawn_agent_process
 
@@ -40,6 +53,7 @@ AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"
 AGENTS = 3
 TASK = Resources(cpus=0.5, mem=64)
 AGENT_TIMEOUT = 3.0
+REREGISTER_TIMEOUT = 5.0
 
 
 @dataclass
@@ -55,16 +69,28 @@ class Ledger:
 
 
 class SteadyFramework(Framework):
-    """Keeps `want` short tasks running; launches one task per offer."""
+    """Keeps `want` tasks running; launches one task per offer.
+
+    A `long_every`-th task is `sleep 300`: it ends only when killed.
+    """
 
     reconnect_initial = 0.1
     reconnect_max = 1.0
 
-    def __init__(self, name: str, ledger: Ledger, rng: random.Random, id_file: Path) -> None:
-        super().__init__(name, failover_timeout=120.0, id_file=id_file)
+    def __init__(
+        self,
+        name: str,
+        ledger: Ledger,
+        rng: random.Random,
+        id_file: Path,
+        failover_timeout: float,
+        long_every: int = 0,
+    ) -> None:
+        super().__init__(name, failover_timeout=failover_timeout, id_file=id_file)
         self.ledger = ledger
         self.rng = rng
         self.want = 2
+        self.long_every = long_every
         self.problems: list[str] = []
 
     async def on_subscribed(self, framework_id: str, resubscribed: bool) -> None:
@@ -76,8 +102,11 @@ class SteadyFramework(Framework):
         for offer in offers:
             running = len(self.ledger.unresolved())
             if running < self.want and offer.resources.contains(TASK):
-                task_id = f"{self.name}-{len(self.ledger.launched):04d}"
+                n = len(self.ledger.launched)
+                task_id = f"{self.name}-{n:04d}"
                 seconds = self.rng.uniform(0.2, 1.5)
+                if self.long_every and n % self.long_every == 0:
+                    seconds = 300
                 self.ledger.launched[task_id] = offer.agent_id
                 await self.launch(
                     offer, [TaskSpec(task_id, f"sleep {seconds:.2f}", TASK)], refuse_seconds=0
@@ -110,6 +139,15 @@ class Report:
     faults: Counter[str] = field(default_factory=Counter)
     tasks: int = 0
     ended: Counter[str] = field(default_factory=Counter)
+    silently_lost: int = 0  # launched by a live framework, no end it saw
+    # TASK_LOST because the master removed an agent that was never down for long:
+    # the workload paid for a master restart (or a master bug).
+    lost_with_agent_up: int = 0
+    duplicate_updates: int = 0
+    leaked: int = 0  # resources, tasks or frameworks the master still holds at the end
+    orphans: int = 0  # task processes alive at the end
+    orphans_of_gone: int = 0  # ... of those, of a framework that is gone
+    invariant_violations: int = 0
     violations: list[str] = field(default_factory=list)
 
     def line(self) -> str:
@@ -118,6 +156,25 @@ class Report:
         return (
             f"seed {self.seed}: faults {faults}; {self.tasks} tasks ({ended}); "
             f"{len(self.violations)} violations"
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "seed": self.seed,
+                "faults": dict(self.faults),
+                "tasks": self.tasks,
+                "ended": dict(self.ended),
+                "silently_lost": self.silently_lost,
+                "lost_with_agent_up": self.lost_with_agent_up,
+                "duplicate_updates": self.duplicate_updates,
+                "leaked": self.leaked,
+                "orphans": self.orphans,
+                "orphans_of_gone": self.orphans_of_gone,
+                "invariant_violations": self.invariant_violations,
+                "violations": self.violations,
+            },
+            sort_keys=True,
         )
 
 
@@ -131,7 +188,7 @@ class Chaos:
             "--agent-timeout",
             str(AGENT_TIMEOUT),
             "--agent-reregister-timeout",
-            "5",
+            str(REREGISTER_TIMEOUT),
             "--allocation-interval",
             "0.2",
             "--offer-timeout",
@@ -139,9 +196,14 @@ class Chaos:
         )
         self.agents: list[AgentProcess | None] = [None] * AGENTS
         self.retired: list[AgentProcess] = []
-        self.ledgers = {name: Ledger() for name in ("alpha", "beta")}
+        # Live frameworks by kind ("alpha", "beta"); every generation's ledger by name.
         self.frameworks: dict[str, SteadyFramework] = {}
         self.runs: dict[str, asyncio.Task[None]] = {}
+        self.ledgers: dict[str, Ledger] = {}
+        self.generations = Counter[str]()
+        self.gone: list[SteadyFramework] = []  # crashed for good (failover timeout 0)
+        # Agent ids kept down long enough that the master may remove them.
+        self.long_outages: set[str] = set()
 
     # Components ------------------------------------------------------------
 
@@ -158,22 +220,35 @@ class Chaos:
         self.retired.append(agent)
         self.agents[i] = None
 
-    def start_framework(self, name: str) -> None:
+    def start_framework(self, kind: str) -> None:
+        """`alpha` comes back as itself; `beta` starts a new generation (a new id)."""
+        if kind == "alpha":
+            name, failover, long_every = "alpha", 120.0, 0
+        else:
+            self.generations[kind] += 1
+            name, failover, long_every = f"beta-g{self.generations[kind]}", 0.0, 3
+        ledger = self.ledgers.setdefault(name, Ledger())
         fw = SteadyFramework(
-            name, self.ledgers[name], random.Random(self.rng.random()), self.work_dir / f"{name}.id"
+            name,
+            ledger,
+            random.Random(self.rng.random()),
+            self.work_dir / f"{name}.id",
+            failover_timeout=failover,
+            long_every=long_every,
         )
-        if name in self.frameworks:
-            fw.want = self.frameworks[name].want
-            fw.problems = self.frameworks[name].problems
-        self.frameworks[name] = fw
-        self.runs[name] = asyncio.create_task(fw.run(self.master.address))
+        if kind in self.frameworks and kind == "alpha":
+            fw.problems = self.frameworks[kind].problems
+        self.frameworks[kind] = fw
+        self.runs[kind] = asyncio.create_task(fw.run(self.master.address))
 
-    async def crash_framework(self, name: str) -> None:
+    async def crash_framework(self, kind: str) -> None:
         """Like the process dying: no stop(), no teardown, the stream just goes."""
-        run = self.runs.pop(name)
+        run = self.runs.pop(kind)
         run.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await run
+        if kind == "beta":
+            self.gone.append(self.frameworks[kind])
 
     # The run ---------------------------------------------------------------
 
@@ -182,8 +257,8 @@ class Chaos:
             await self.master.start()
             for i in range(AGENTS):
                 await self.start_agent(i)
-            for name in self.ledgers:
-                self.start_framework(name)
+            for kind in ("alpha", "beta"):
+                self.start_framework(kind)
             for _ in range(faults):
                 await asyncio.sleep(self.rng.uniform(0.5, 2.0))  # let traffic flow
                 await self.inject()
@@ -195,84 +270,166 @@ class Chaos:
         return self.report
 
     async def inject(self) -> None:
-        kind = self.rng.choice(["master", "agent", "agent", "framework"])
-        self.report.faults[kind] += 1
+        kind = self.rng.choice(["master", "master", "agent", "agent", "framework"])
         if kind == "master":
             await self.master.kill()
+            self.report.faults["master"] += 1
+            # Sometimes more goes wrong while the master is down.
+            also = self.rng.choice(["nothing", "nothing", "agent", "framework"])
+            restart_agent: int | None = None
+            if also == "agent":
+                self.report.faults["agent while master down"] += 1
+                restart_agent = self.rng.randrange(AGENTS)
+                await self.kill_agent(restart_agent)
+            elif also == "framework":
+                await self.framework_fault(while_master_down=True)
             await asyncio.sleep(self.rng.uniform(0.0, 1.0))
             await self.master.start()
+            if restart_agent is not None:
+                await asyncio.sleep(self.rng.choice([0.0, 1.0]))
+                await self.start_agent(restart_agent)
         elif kind == "agent":
+            self.report.faults["agent"] += 1
             i = self.rng.randrange(AGENTS)
             await self.kill_agent(i)
             # Sometimes back quickly, sometimes after the master gave up on it.
             down = self.rng.choice([0.2, 1.0, AGENT_TIMEOUT + 2.0])
+            if down > AGENT_TIMEOUT:
+                self.long_outages.add(load_agent_id(self.work_dir / f"agent{i}") or "")
             await asyncio.sleep(down)
             await self.start_agent(i)
         else:
-            name = self.rng.choice(list(self.ledgers))
-            await self.crash_framework(name)
+            await self.framework_fault(while_master_down=False)
+
+    async def framework_fault(self, while_master_down: bool) -> None:
+        kind = self.rng.choice(["alpha", "beta"])
+        what = "framework restart" if kind == "alpha" else "framework gone"
+        self.report.faults[what + (" while master down" if while_master_down else "")] += 1
+        await self.crash_framework(kind)
+        if not while_master_down:
             await asyncio.sleep(self.rng.uniform(0.0, 1.0))
-            self.start_framework(name)
+        self.start_framework(kind)
 
     async def settle(self, timeout: float = 60.0) -> None:
-        """Stop launching and wait until every launched task has ended, reconciling."""
+        """Stop launching, kill what is left and wait until every launched task has ended."""
         for fw in self.frameworks.values():
             fw.want = 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(ledger.unresolved() for ledger in self.ledgers.values()):
+        while any(fw.ledger.unresolved() for fw in self.frameworks.values()):
             if loop.time() > deadline:
                 break
             for fw in self.frameworks.values():
                 if fw.connected and fw.ledger.unresolved():
                     with contextlib.suppress(Exception):
+                        for task_id in fw.ledger.unresolved():
+                            await fw.kill(task_id)
                         await fw.reconcile(fw.ledger.unresolved())
             await asyncio.sleep(1.0)
 
     async def judge(self, http: aiohttp.ClientSession) -> None:
         report = self.report
+        live = {fw.name for fw in self.frameworks.values()}
         for name, ledger in self.ledgers.items():
             report.tasks += len(ledger.launched)
             report.ended.update(state.value for state in ledger.terminal.values())
-            for task_id in ledger.unresolved():
-                report.violations.append(f"{name}: task {task_id} never reached an end it saw")
+            if name in live:
+                for task_id in ledger.unresolved():
+                    report.silently_lost += 1
+                    report.violations.append(f"{name}: task {task_id} never reached an end it saw")
+            for status in ledger.shown:
+                removed = "was removed" in status.message or "did not re-register" in status.message
+                if (
+                    status.state is TaskState.LOST
+                    and removed
+                    and status.agent_id not in self.long_outages
+                ):
+                    report.lost_with_agent_up += 1
+                    report.violations.append(
+                        f"{name}: task {status.task_id} lost though agent {status.agent_id} "
+                        f"was never down for long: {status.message}"
+                    )
             ids = Counter(s.update_id for s in ledger.shown if s.update_id)
             for update_id, n in ids.items():
                 if n > 1:
+                    report.duplicate_updates += 1
                     report.violations.append(f"{name}: update {update_id} shown {n} times")
-            report.violations.extend(self.frameworks[name].problems)
+        for fw in [*self.frameworks.values(), *self.gone]:
+            report.violations.extend(fw.problems)
 
         async def quiet() -> dict[str, Any]:
             return await self.master.state(http)
 
+        live_ids = {fw.framework_id for fw in self.frameworks.values()}
         state = await quiet()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
-        # Agents restarted late may still be joining; offers may be outstanding.
-        while (len(state["agents"]) != AGENTS or state["tasks"]) and loop.time() < deadline:
+        # Agents restarted late may still be joining; offers may be outstanding;
+        # a gone framework may wait out its grace.
+        while (
+            len(state["agents"]) != AGENTS
+            or state["tasks"]
+            or {f["id"] for f in state["frameworks"]} - live_ids
+        ) and loop.time() < deadline:
             await asyncio.sleep(0.2)
             state = await quiet()
+        leaks: list[str] = []
         if state["tasks"]:
-            report.violations.append(f"master still lists tasks: {state['tasks']}")
+            leaks.append(f"master still lists tasks: {state['tasks']}")
         for f in state["frameworks"]:
             if f["used"]:
-                report.violations.append(f"framework {f['name']} still uses {f['used']}")
+                leaks.append(f"framework {f['name']} still uses {f['used']}")
+            if f["id"] not in live_ids:
+                leaks.append(f"gone framework {f['name']} ({f['id']}) still listed")
         if len(state["agents"]) != AGENTS or state["cluster"]["total"] != {
             "cpus": 2.0 * AGENTS,
             "mem": 1024.0 * AGENTS,
         }:
-            report.violations.append(
-                f"cluster should hold {AGENTS} agents' resources once: {state['cluster']}"
-            )
-        report.violations.extend(self.master.violations())
+            leaks.append(f"cluster should hold {AGENTS} agents' resources once: {state['cluster']}")
+        report.leaked = len(leaks)
+        report.violations.extend(leaks)
+        await self.judge_orphans()
+        invariants = self.master.violations()
+        report.invariant_violations = len(invariants)
+        report.violations.extend(invariants)
+
+    async def judge_orphans(self) -> None:
+        """Every task process has ended; a gone framework's are counted apart."""
+        gone_ids = {fw.framework_id for fw in self.gone if fw.framework_id}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10  # kills in flight get their grace period
+        while True:
+            alive = [
+                (checkpoint.parent.parent.name, checkpoint.parent.name)
+                for i in range(AGENTS)
+                for checkpoint in (self.work_dir / f"agent{i}").glob("sandboxes/*/*/task.json")
+                if _task_alive(checkpoint)
+            ]
+            if not alive or loop.time() > deadline:
+                break
+            await asyncio.sleep(0.2)
+        self.report.orphans = len(alive)
+        self.report.orphans_of_gone = sum(1 for fw_id, _ in alive if fw_id in gone_ids)
+        for fw_id, task_id in alive:
+            whose = "a gone framework" if fw_id in gone_ids else "framework"
+            self.report.violations.append(f"orphan: task {task_id} of {whose} {fw_id} still runs")
 
     async def cleanup(self) -> None:
-        for name in list(self.runs):
-            await self.crash_framework(name)
+        for kind in list(self.runs):
+            await self.crash_framework(kind)
         for agent in [*self.agents, *self.retired]:
             if agent is not None:
                 await agent.cleanup()
         await self.master.stop()
+
+
+def _task_alive(checkpoint: Path) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        record = json.loads(checkpoint.read_text())
+        pid, started = record.get("pid"), record.get("pid_start_time")
+        if isinstance(pid, int) and isinstance(started, int):
+            return is_alive(pid, started)
+    return False
 
 
 async def run_chaos(work_dir: Path, seed: int, faults: int = 6) -> Report:
