@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from master.registry import SCHEMA_VERSION, FrameworkEntry, Registry, RegistryError
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources
+from tests.cluster import LocalCluster, fast
 
 # What the first master (schema version 1, no user_version) wrote.
 VERSION_1 = """
@@ -74,3 +76,20 @@ def test_a_removing_framework_keeps_its_tasks_until_removed(tmp_path: Path) -> N
     registry.remove_framework("F1")
     assert registry.frameworks() == [] and registry.tasks() == []
     registry.close()
+
+
+async def test_master_recovers_from_a_registry_of_an_older_master(tmp_path: Path) -> None:
+    """A version-1 file: its framework comes back (with its grace), its agent is awaited."""
+    registry_dir = tmp_path / "master"
+    registry_dir.mkdir()
+    with sqlite3.connect(registry_dir / "registry.sqlite") as db:
+        db.executescript(VERSION_1)
+    async with LocalCluster(tmp_path, fast(agent_reregister_timeout=30)) as cluster:
+        master = cluster.master
+        assert list(master.frameworks) == ["F1"]
+        assert not master.frameworks["F1"].connected
+        timer = master.frameworks["F1"].failover_timer
+        # Its failover timeout is 0, yet it has the whole re-registration window.
+        assert timer is not None and timer.when() - asyncio.get_running_loop().time() > 29
+        assert [e.task.task_id for e in master.recovering_agents["S1"]] == ["t1"]
+        assert master.registry.schema_version == SCHEMA_VERSION
