@@ -119,8 +119,9 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=60.0,
         metavar="S",
-        help="after a restart, agents not back within this are removed and their tasks lost; "
-        "frameworks get this plus their failover timeout to re-subscribe",
+        help="after a restart, agents not back within this are removed and their tasks lost "
+        "(keep it above the agents' 10 s longest reconnect backoff); frameworks get this plus "
+        "their failover timeout to re-subscribe",
     )
     m.add_argument(
         "--check-invariants",

@@ -53,7 +53,10 @@ AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"
 AGENTS = 3
 TASK = Resources(cpus=0.5, mem=64)
 AGENT_TIMEOUT = 3.0
-REREGISTER_TIMEOUT = 5.0
+# Longer than an agent's longest reconnect backoff (10 s, agent.DEFAULT_RECONNECT_BACKOFF):
+# an agent that retries only every 10 s needs more than 10 s to come back. With 5 s,
+# the first 50 runs lost tasks of agents that were up but between two retries.
+REREGISTER_TIMEOUT = 12.0
 
 
 @dataclass
