@@ -75,8 +75,11 @@ async def run_demo(args: argparse.Namespace) -> int:
         return 2
     work_dir: Path = args.work_dir
     log_files = await asyncio.to_thread(_fresh_work_dir, work_dir, args.log_json, args.log_level)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.soft_wrap = True  # piped: whole lines, for grep; tables keep their width
     demo = Demo(
-        console=Console(highlight=False),
+        console=console,
         work_dir=work_dir,
         agents=args.agents,
         agent_resources=args.agent_resources,
