@@ -157,8 +157,9 @@ def live_view(
     )
     notes = [f"{name}: {what}" for name, what in status.items() if what != "running"]
     legend = Text(
-        "tasks: running now/DRF's split; shares of the cluster held by running tasks; "
-        "┃ marks DRF's split" + ("\n" + "; ".join(notes) if notes else ""),
+        "tasks: running now/DRF's split; ┃ marks DRF's split\n"
+        "shares: of the cluster's CPUs and memory held by running tasks"
+        + "".join(f"\n{note}" for note in notes),
         style="dim",
     )
     return Group(title, table, legend)

@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=None,
         metavar="S",
-        help="average task length (default: duration/20, between 1 and 3)",
+        help="average task length (default: duration/20, between 2 and 3)",
     )
     d.add_argument("--work-dir", type=Path, default=Path("work-dirs/demo"))
     d.add_argument(

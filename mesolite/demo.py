@@ -64,9 +64,9 @@ SAMPLE_INTERVAL = 0.5  # seconds between reads of /state
 
 def default_task_seconds(duration: float) -> float:
     """Tasks short enough for shares to move within a phase (a third of the run):
-    3 s for the default minute, down to 1.5 s for short runs (shorter would start more
-    processes a second than a small machine keeps up with beside the cluster)."""
-    return min(3.0, max(1.5, duration / 20))
+    3 s for the default minute, down to 2 s for short runs (shorter would start more
+    processes a second than a busy two-core machine keeps up with beside the cluster)."""
+    return min(3.0, max(2.0, duration / 20))
 
 
 async def run_demo(args: argparse.Namespace) -> int:
