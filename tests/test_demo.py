@@ -8,6 +8,7 @@ import asyncio
 import json
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from mesolite._demo_scenario import AGENT_RESOURCES, JOBS, phases
 from mesolite._demo_table import NOTHING, Measured, Sample, measure, settled
@@ -120,7 +122,11 @@ class Demo:
 
 @asynccontextmanager
 async def demo(
-    work_dir: Path, *args: str, command: Path = MESOLITE, cwd: Path | None = None
+    work_dir: Path,
+    *args: str,
+    command: Path = MESOLITE,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> AsyncIterator[Demo]:
     """Start `mesolite demo` and read its first line; kill it if the test fails early."""
     process = await asyncio.create_subprocess_exec(
@@ -134,6 +140,7 @@ async def demo(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=cwd or work_dir.parent,
+        env=env,
     )
     try:
         assert process.stdout is not None
@@ -257,3 +264,73 @@ async def test_ctrl_c_stops_the_jobs_agents_and_tasks_cleanly(tmp_path: Path) ->
     assert "stopped in" in output
     check_quiet_and_logged(output, err, run.work_dir)
     assert processes_under(run.work_dir) == []
+
+
+# -- from a wheel, without the clone -------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+async def run(*command: str | Path, cwd: Path, timeout: float, env: dict[str, str]) -> str:
+    process = await asyncio.create_subprocess_exec(
+        *map(str, command),
+        cwd=cwd,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await within(process.communicate(), timeout, " ".join(map(str, command)))
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+    assert process.returncode == 0, out.decode()
+    return out.decode()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+async def test_a_wheel_installed_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -> None:
+    """The package alone (no examples/, no tests/, no clone) has everything the demo runs.
+    Needs the package index for the dependencies; about a minute, most of it pip."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    # Built from a copy, so that the build leaves nothing in the clone.
+    source = tmp_path / "source"
+    shutil.copytree(
+        ROOT,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git", ".venv", "build", "dist", "*.egg-info", "work-dirs", "__pycache__", ".*_cache"
+        ),
+    )
+    dist = tmp_path / "dist"
+    await run(
+        sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, source,
+        cwd=tmp_path, timeout=300, env=env,
+    )  # fmt: skip
+    (wheel,) = dist.glob("mesolite-*.whl")
+    venv = tmp_path / "venv"
+    await run(sys.executable, "-m", "venv", venv, cwd=tmp_path, timeout=120, env=env)
+    python = venv / "bin" / "python"
+    await run(python, "-m", "pip", "install", wheel, cwd=tmp_path, timeout=400, env=env)
+
+    elsewhere = tmp_path / "elsewhere"  # nowhere near a clone
+    elsewhere.mkdir()
+    where = await run(
+        python, "-c", "import mesolite, master; print(mesolite.__file__, master.__file__)",
+        cwd=elsewhere, timeout=60, env=env,
+    )  # fmt: skip
+    assert all(path.startswith(str(venv)) for path in where.split()), where
+    async with demo(
+        elsewhere / "demo",
+        "--duration", "12", "--task-seconds", "2",
+        command=venv / "bin" / "mesolite", cwd=elsewhere, env=env,
+    ) as run_:  # fmt: skip
+        output, err = await run_.finish(timeout=120)
+    assert run_.process.returncode == 0, output + err
+    check_quiet_and_logged(output, err, run_.work_dir)
+    assert "phase 2: balanced joins" in output
+    assert "phase 3: memory-heavy finishes" in output
+    assert len(SUMMARY_ROW.findall(output)) == 7, output
+    assert processes_under(tmp_path) == []
