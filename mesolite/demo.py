@@ -199,8 +199,11 @@ class Demo:
         low, high = self._task_range()
         c.print(
             f"cluster: {self.agent_count} agents x <{describe_task(self.agent_resources)}> = "
-            f"<{describe_task(self.cluster)}>; tasks sleep {low:.1f}-{high:.1f}s; "
-            f"{len(self.phases)} phases of {self.duration / len(self.phases):.0f}s; Ctrl-C stops"
+            f"<{describe_task(self.cluster)}>"
+        )
+        c.print(
+            f"{len(self.phases)} phases of {self.duration / len(self.phases):.0f}s, "
+            f"tasks of {low:.1f}-{high:.1f}s; Ctrl-C stops"
         )
         await self._watch(server)
 
@@ -254,10 +257,11 @@ class Demo:
                 with contextlib.suppress(Exception):
                     await self.jobs[job.name].wind_down()
         split = ", ".join(
-            f"{name} {e.dominant_share:.0%} ({e.tasks:g} tasks)"
-            for name, e in phase.expected.items()
+            f"{name} {e.tasks:g}{' tasks' if i == 0 else ''} ({e.dominant_share:.0%})"
+            for i, (name, e) in enumerate(phase.expected.items())
         )
-        c.print(f"[{elapsed:4.0f}s] [bold]phase {phase.number}[/]: {phase.event}. DRF: {split}")
+        c.print(f"[{elapsed:4.0f}s] [bold]phase {phase.number}[/]: {phase.event}")
+        c.print(f"        DRF: {split}")
 
     async def _retire(self, name: str, elapsed: float, c: Console) -> None:
         """A finishing job's last task has ended: it unregisters."""
