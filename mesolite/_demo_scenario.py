@@ -66,7 +66,9 @@ class Phase:
     number: int  # 1-based
     start: float  # seconds into the run
     end: float
-    event: str  # what happens at `start`, in words
+    joined: tuple[str, ...]  # jobs that start at `start`
+    left: tuple[str, ...]  # jobs that stop launching at `start`
+    event: str  # the same, in words
     expected: Mapping[str, Expected]  # by job name: the jobs asking for resources
 
 
@@ -90,13 +92,15 @@ def phases(duration: float, cluster: Resources, jobs: Sequence[DemoJob] = JOBS) 
     for i, moment in enumerate(moments):
         end = moments[i + 1] if i + 1 < len(moments) else 1.0
         asking = [j for j in jobs if j.joins <= moment and (j.leaves is None or j.leaves > moment)]
-        joined = [j.name for j in jobs if j.joins == moment]
-        left = [j.name for j in jobs if j.leaves == moment]
+        joined = tuple(j.name for j in jobs if j.joins == moment)
+        left = tuple(j.name for j in jobs if j.leaves == moment)
         result.append(
             Phase(
                 number=i + 1,
                 start=moment * duration,
                 end=end * duration,
+                joined=joined,
+                left=left,
                 event=_event(joined, left),
                 expected=expected_split(cluster, {j.name: j.task for j in asking}),
             )

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -71,7 +72,7 @@ def default_task_seconds(duration: float) -> float:
 
 async def run_demo(args: argparse.Namespace) -> int:
     if args.agents < 1:
-        print("--agents must be at least 1")
+        print("--agents must be at least 1", file=sys.stderr)
         return 2
     work_dir: Path = args.work_dir
     log_files = await asyncio.to_thread(_fresh_work_dir, work_dir, args.log_json, args.log_level)
@@ -247,11 +248,10 @@ class Demo:
                     await asyncio.sleep(max(0.0, started + tick * SAMPLE_INTERVAL - loop.time()))
 
     async def _enter(self, phase: Phase, elapsed: float, server: MasterServer, c: Console) -> None:
-        moment = phase.start / self.duration
         for job in self.plan:
-            if job.joins == moment and job.name not in self.jobs:
+            if job.name in phase.joined and job.name not in self.jobs:
                 self._start_job(job, server)
-            if job.leaves == moment and job.name in self.jobs:
+            if job.name in phase.left and job.name in self.jobs:
                 self.finishing.add(job.name)
                 self.status[job.name] = "launches no more tasks; leaves when its last one ends"
                 with contextlib.suppress(Exception):

@@ -109,7 +109,7 @@ SUMMARY_ROW = re.compile(
 
 
 @dataclass
-class Demo:
+class DemoRun:
     process: asyncio.subprocess.Process
     first_line: str
     url: str  # the web UI's, from the first line
@@ -127,7 +127,7 @@ async def demo(
     command: Path = MESOLITE,
     cwd: Path | None = None,
     env: dict[str, str] | None = None,
-) -> AsyncIterator[Demo]:
+) -> AsyncIterator[DemoRun]:
     """Start `mesolite demo` and read its first line; kill it if the test fails early."""
     process = await asyncio.create_subprocess_exec(
         str(command),
@@ -147,7 +147,7 @@ async def demo(
         first = (await within(process.stdout.readline(), 60, "the demo's first line")).decode()
         found = re.search(r"web UI at (http://127\.0\.0\.1:\d+/)", first)
         assert found, f"the first line does not give the web UI's address: {first!r}"
-        yield Demo(process, first, found.group(1), work_dir)
+        yield DemoRun(process, first, found.group(1), work_dir)
     finally:
         if process.returncode is None:
             process.kill()
