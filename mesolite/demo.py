@@ -31,6 +31,7 @@ import aiohttp
 import structlog
 from rich.console import Console, RenderableType
 from rich.live import Live
+from rich.markup import escape
 
 from agent import Agent
 from agent.sandbox_http import SandboxServer
@@ -107,6 +108,8 @@ def _fresh_work_dir(work_dir: Path, log_json: bool, log_level: str) -> list[Path
 
 
 class Demo:
+    """One run of the scenario: the cluster it starts, the jobs, what it measured."""
+
     def __init__(
         self,
         console: Console,
@@ -164,7 +167,7 @@ class Demo:
                     raise
             except Exception as e:
                 log.exception("the demo failed")
-                self.console.print(f"[bold red]the demo failed:[/] {e}")
+                self.console.print(f"[bold red]the demo failed:[/] {escape(str(e))}")
                 code = 1
         finally:
             waiter.cancel()
