@@ -189,6 +189,10 @@ class MasterMetrics:
     def call_rejected(self, call: str | None) -> None:
         self._rejected.labels(call or "none").inc()
 
+    def collect_state_of(self, master: Master) -> None:
+        """Read `master`'s state at every scrape (gauges: tasks, shares, agents, totals)."""
+        self.registry.register(_StateCollector(master))
+
 
 class _StateCollector:
     """Gauges read from the master's state at scrape time (on the event loop)."""

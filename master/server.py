@@ -16,6 +16,7 @@ import grpc.aio
 import structlog
 from aiohttp import web
 
+from master.effects import AsyncioTimers
 from master.http import create_app
 from master.master import Master, MasterConfig
 from master.servicers import AgentGatewayService, SchedulerService
@@ -50,7 +51,8 @@ class MasterServer:
         return f"{self.host}:{self.http_port}"
 
     async def start(self) -> None:
-        master = self.master = Master(self.config)
+        timers = AsyncioTimers(asyncio.get_running_loop())
+        master = self.master = Master(self.config, timers=timers)
         self._grpc = grpc_utils.create_server()
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(master), self._grpc)
         agent_pb2_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(master), self._grpc)

@@ -28,6 +28,7 @@ from agent.sandbox_http import (
     create_sandbox_app,
 )
 from framework_sdk import Resources, TaskSpec, TaskState
+from master.effects import AsyncioTimers
 from master.master import Master, MasterConfig
 from master.server import MasterServer
 from master.ui_routes import StateBroadcaster, broadcaster
@@ -167,7 +168,7 @@ async def _events_app(hub: StateBroadcaster) -> AsyncIterator[TestClient[Any, An
 async def test_events_of_an_ever_changing_state_come_once_per_interval() -> None:
     calls = itertools.count()
     hub = StateBroadcaster(
-        Master(MasterConfig()),
+        Master(MasterConfig(), timers=AsyncioTimers(asyncio.get_running_loop())),
         lambda master: {"agents": [], "time": 0, "n": next(calls)},
         interval=0.2,
         max_clients=1,
@@ -187,7 +188,9 @@ async def test_events_of_an_ever_changing_state_come_once_per_interval() -> None
 
 async def test_an_unchanging_state_is_sent_once_then_heartbeats() -> None:
     hub = StateBroadcaster(
-        Master(MasterConfig()), lambda master: {"agents": [], "time": 0}, heartbeat=0.3
+        Master(MasterConfig(), timers=AsyncioTimers(asyncio.get_running_loop())),
+        lambda master: {"agents": [], "time": 0},
+        heartbeat=0.3,
     )
     async with _events_app(hub) as client:
         response = await client.get("/events")
