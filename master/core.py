@@ -113,6 +113,11 @@ class MasterCore(abc.ABC):
             work_dir = config.work_dir
             registry = Registry(work_dir / "registry.sqlite" if work_dir else None)
         self.registry = registry
+        self._start()
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """Configure the roles and recover from the registry (`master/master.py`)."""
 
     def _new_id(self, kind: str) -> str:
         return f"{self.master_id}-{kind}{next(self._ids):04d}"

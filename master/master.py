@@ -12,13 +12,11 @@ connect it to gRPC.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from master import messages as msg
 from master.agents import AgentHandling
 from master.config import MasterConfig
-from master.effects import Clock, RegistryStore, Timers
 from master.errors import CallRejected, Refusal, RegistrationRefused
 from master.frameworks import FrameworkHandling
 from master.offers import OfferHandling
@@ -38,18 +36,7 @@ class Master(
     RecoveryHandling,
     RoleHandling,
 ):
-    def __init__(
-        self,
-        config: MasterConfig,
-        *,
-        timers: Timers,
-        clock: Clock = time.monotonic,
-        wall_clock: Clock = time.time,
-        registry: RegistryStore | None = None,
-    ) -> None:
-        super().__init__(
-            config, timers=timers, clock=clock, wall_clock=wall_clock, registry=registry
-        )
+    def _start(self) -> None:
         self.metrics.collect_state_of(self)
         self._apply_roles()
         self._recover()
