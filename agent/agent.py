@@ -59,11 +59,12 @@ import grpc.aio
 import structlog
 
 from agent import _wire as wire
-from agent._backoff import Backoff
 from agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
 from agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
 from agent._updates import StatusUpdates
+from agent.errors import AgentError, AgentRegistrationError
 from agent.tasks import DEFAULT_KILL_GRACE_PERIOD, TaskRunner, TaskTransition
+from mesolite.backoff import Backoff
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import EMPTY, Resources
@@ -80,14 +81,6 @@ _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end 
 
 # Messages for the stream's writer; None asks it to half-close the stream.
 _Outbox: TypeAlias = "asyncio.Queue[agent_pb2.AgentCall | None]"
-
-
-class AgentError(Exception):
-    """Root of the errors the agent raises."""
-
-
-class AgentRegistrationError(AgentError):
-    """The master refused the registration (INVALID_ARGUMENT); retrying would not help."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,6 +35,8 @@ from types import TracebackType
 import structlog
 from aiohttp import web
 
+from agent.errors import AgentError
+
 log = structlog.get_logger(__name__)
 
 FILES = ("stdout", "stderr")
@@ -46,7 +48,7 @@ SIZE_HEADER = "X-Sandbox-Size"
 _SANDBOXES_KEY = web.AppKey("sandboxes", Path)
 
 
-class BadRequest(ValueError):
+class BadRequest(AgentError, ValueError):
     """A request that names no sandbox file (a bad id or query parameter)."""
 
 

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 import enum
 
+from mesolite.errors import MesoliteError
+
+
+class MasterError(MesoliteError):
+    """Root of the errors the master raises."""
+
 
 class Refusal(enum.Enum):
     """Why a subscription or registration is refused (the servicers pick the status)."""
@@ -17,11 +23,11 @@ class Refusal(enum.Enum):
     PRECONDITION = "precondition"  # valid, but not now (say, an agent that was removed)
 
 
-class CallRejected(Exception):
+class CallRejected(MasterError):
     """A request that is invalid in the current state; nothing was changed."""
 
 
-class RegistrationRefused(Exception):
+class RegistrationRefused(MasterError):
     """A subscription or agent registration that is refused; the stream ends."""
 
     def __init__(self, refusal: Refusal, message: str) -> None:

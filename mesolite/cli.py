@@ -24,6 +24,7 @@ from rich.text import Text
 
 from master.policies import POLICIES
 from mesolite import logs
+from mesolite.errors import MesoliteError
 from mesolite.resources import InvalidResources, Resources
 from mesolite.views import VIEWS, View
 
@@ -366,7 +367,7 @@ async def _run_experiment(args: argparse.Namespace) -> int:
     return await experiment.run(args)
 
 
-class MasterUnreachable(Exception):
+class MasterUnreachable(MesoliteError):
     """The master's `GET /state` could not be read; the message says why and what to do."""
 
 
