@@ -8,7 +8,6 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.error
@@ -22,6 +21,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from master.config import MasterConfig
 from master.policies import POLICIES
 from mesolite import logs
 from mesolite.errors import MesoliteError
@@ -29,6 +29,8 @@ from mesolite.resources import InvalidResources, Resources
 from mesolite.views import VIEWS, View
 
 # Output width when piped: wide enough that table rows are never wrapped.
+# Defaults come from the process's config object, never restated here.
+MASTER = MasterConfig()
 _WIDE_OUTPUT = 250
 
 
@@ -99,12 +101,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-port", type=int, default=5051, help="HTTP port for /state and the web UI"
     )
     m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
-    m.add_argument("--allocation-interval", type=_positive, default=1.0, metavar="S")
-    m.add_argument("--offer-timeout", type=_positive, default=30.0, metavar="S")
+    m.add_argument(
+        "--allocation-interval", type=_positive, default=MASTER.allocation_interval, metavar="S"
+    )
+    m.add_argument("--offer-timeout", type=_positive, default=MASTER.offer_timeout, metavar="S")
     m.add_argument(
         "--agent-timeout",
         type=_positive,
-        default=10.0,
+        default=MASTER.agent_timeout,
         metavar="S",
         help="remove an agent silent for this long",
     )
@@ -118,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--agent-reregister-timeout",
         type=_positive,
-        default=60.0,
+        default=MASTER.agent_reregister_timeout,
         metavar="S",
         help="after a restart, agents not back within this are removed and their tasks lost "
         "(keep it above the agents' 10 s longest reconnect backoff); frameworks get this plus "
@@ -139,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--policy",
         choices=POLICIES,
-        default="drf",
+        default=MASTER.policy,
         help="how shares are measured: dominant share, asset sum, or slots",
     )
 
@@ -154,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--attributes", type=_parse_attributes, default={}, metavar='"rack:r1"')
     a.add_argument("--work-dir", type=Path, default=Path("work-dirs/agent"))
-    a.add_argument("--hostname", default=socket.gethostname())
+    a.add_argument("--hostname", default=None, help="default: this machine's host name")
     a.add_argument(
         "--http-host",
         default=None,
@@ -306,7 +310,7 @@ async def _run_master(args: argparse.Namespace) -> int:
 
 
 async def _run_agent(args: argparse.Namespace) -> int:
-    from agent import Agent
+    from agent import Agent, AgentConfig
     from agent.resources import detect_resources
     from agent.sandbox_http import SandboxServer, host_towards
 
@@ -331,12 +335,14 @@ async def _run_agent(args: argparse.Namespace) -> int:
         return 2
     try:
         agent = Agent(
-            args.master,
-            resources,
-            args.work_dir,
-            hostname=args.hostname,
-            address=sandboxes.address,
-            attributes=args.attributes,
+            AgentConfig(
+                args.master,
+                resources,
+                args.work_dir,
+                address=sandboxes.address,
+                attributes=args.attributes,
+                **({"hostname": args.hostname} if args.hostname else {}),
+            )
         )
         runner = asyncio.create_task(agent.run())
         signalled = asyncio.create_task(_until_signalled())

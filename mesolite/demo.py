@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from agent import Agent
+from agent import Agent, AgentConfig
 from agent.sandbox_http import SandboxServer
 from master.master import MasterConfig
 from master.server import MasterServer
@@ -104,12 +104,14 @@ async def run_demo(args: argparse.Namespace) -> int:
             await sandboxes.start()
             sandbox_servers.append(sandboxes)
             agent = Agent(
-                server.grpc_address,
-                args.agent_resources,
-                work_dir / f"agent{i + 1}",
-                hostname=f"agent{i + 1}",
-                address=sandboxes.address,
-                kill_grace_period=1.0,
+                AgentConfig(
+                    server.grpc_address,
+                    args.agent_resources,
+                    work_dir / f"agent{i + 1}",
+                    hostname=f"agent{i + 1}",
+                    address=sandboxes.address,
+                    kill_grace_period=1.0,
+                )
             )
             await agent.__aenter__()
             agents.append(agent)

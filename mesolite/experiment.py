@@ -65,7 +65,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from agent import Agent
+from agent import Agent, AgentConfig
 from master.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
 from master.master import MasterConfig
 from master.policies import POLICIES, make_policy
@@ -261,11 +261,13 @@ async def run_dynamic_sharing(
         await _wait_for(lambda: all(job.connected for job in jobs), 30, "the jobs to subscribe")
         for i in range(config.agents):
             agent = Agent(
-                server.grpc_address,
-                config.agent_resources,
-                work_dir / f"agent{i + 1}",
-                hostname=f"agent{i + 1}",
-                kill_grace_period=1.0,
+                AgentConfig(
+                    server.grpc_address,
+                    config.agent_resources,
+                    work_dir / f"agent{i + 1}",
+                    hostname=f"agent{i + 1}",
+                    kill_grace_period=1.0,
+                )
             )
             await agent.__aenter__()
             agents.append(agent)

@@ -57,7 +57,7 @@ AGENTS = 3
 TASK = Resources(cpus=0.5, mem=64)
 AGENT_TIMEOUT = 5.0
 HEARTBEAT_INTERVAL = 1.0  # the master's default
-# Longer than an agent's longest reconnect backoff (10 s, agent.DEFAULT_RECONNECT_BACKOFF):
+# Longer than an agent's longest reconnect backoff (10 s, agent/config.py):
 # an agent that retries only every 10 s needs more than 10 s to come back. With 5 s,
 # the first 50 runs lost tasks of agents that were up but between two retries.
 REREGISTER_TIMEOUT = 12.0
