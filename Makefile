@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint protos clean
+.PHONY: demo test test-fast lint protos clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ demo: $(STAMP)
 
 test: $(STAMP) lint
 	$(PY) -m pytest
+
+# The unit layer only (tests/conftest.py): pure, in-process, under 30 s.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m unit -q
 
 lint: $(STAMP)
 	$(PY) scripts/gen_protos.py --check
