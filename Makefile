@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint protos clean
+.PHONY: demo test test-fast lint protos schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -26,11 +26,15 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) scripts/gen_protos.py --check
+	$(PY) scripts/gen_state_schema.py --check
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 
 protos: $(STAMP)
 	$(PY) scripts/gen_protos.py
+
+schema: $(STAMP)
+	$(PY) scripts/gen_state_schema.py
 
 clean:
 	rm -rf $(VENV) work-dirs build *.egg-info

@@ -14,7 +14,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -26,6 +25,7 @@ from master.policies import POLICIES
 from mesolite import logs
 from mesolite.errors import MesoliteError
 from mesolite.resources import InvalidResources, Resources
+from mesolite.snapshot import ClusterSnapshot, DocumentError
 from mesolite.views import VIEWS, View
 
 # Output width when piped: wide enough that table rows are never wrapped.
@@ -377,7 +377,7 @@ class MasterUnreachable(MesoliteError):
     """The master's `GET /state` could not be read; the message says why and what to do."""
 
 
-def _fetch_state(address: str) -> dict[str, Any]:
+def _fetch_state(address: str) -> ClusterSnapshot:
     url = address if address.startswith(("http://", "https://")) else f"http://{address}"
     not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
     try:
@@ -397,7 +397,10 @@ def _fetch_state(address: str) -> dict[str, Any]:
         raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
     if not isinstance(data, dict) or "cluster" not in data:
         raise MasterUnreachable(f"{url}/state is not a master's state: {not_a_master}")
-    return data
+    try:
+        return ClusterSnapshot.from_json(data)
+    except DocumentError as e:
+        raise MasterUnreachable(f"{url}/state is not a state this mesolite reads: {e}") from None
 
 
 def _console() -> Console:
@@ -420,7 +423,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(view.part(state), indent=2))
+        print(json.dumps(view.json_of(state), indent=2))
     else:
         _print(_console(), view.render(state))
     return 0
@@ -456,7 +459,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
         if args.json:
             while True:
                 try:
-                    print(json.dumps(view.part(_fetch_state(args.master))), flush=True)
+                    print(json.dumps(view.json_of(_fetch_state(args.master))), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
                 time.sleep(every)
