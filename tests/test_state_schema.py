@@ -74,6 +74,8 @@ async def test_a_real_clusters_state_conforms(tmp_path: Path) -> None:
                 )
                 document = await cluster.state()
 
+    errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator().iter_errors(document)]
+    assert errors == []
     state = ClusterSnapshot.from_json(document)
     assert [a.hostname for a in state.agents] == ["alpha", "beta"]
     assert len(state.removed_agents) == 1 and state.frameworks and state.offers
@@ -81,8 +83,6 @@ async def test_a_real_clusters_state_conforms(tmp_path: Path) -> None:
     assert [t.id for t in state.completed_tasks] == ["quick"]
     assert {r.path for r in state.roles} >= {"*", "eng", "eng/ml", "ops"}
     assert any(r.limit is not None for r in state.roles)  # a limit object, not only nulls
-    errors = [e.message for e in validator().iter_errors(document)]
-    assert errors == []
     # The typed snapshot reads every field and writes the same document back.
     assert state.to_json() == document
 
