@@ -16,11 +16,13 @@ each figure is derived here once:
   same three per agent.
 
 Cost: one pass over each of the master's collections, O(agents + frameworks +
-tasks + offers + roles) resource-vector operations, plus the newest
-`COMPLETED_TASKS_SHOWN` ended tasks of each framework and the fair shares
-(`Master.fair_shares`: steady shares cached, instantaneous ones computed). A
-snapshot is built once per GET /state, per /events tick (only while a page
-listens) and per /metrics scrape; nothing is kept up to date on the hot paths.
+tasks + offers + roles) resource-vector operations (each O(resource names)),
+plus sorting the roles and removed agents by name, the newest
+`COMPLETED_TASKS_SHOWN` ended tasks of each framework (O(frameworks)), and the
+fair shares (`Master.fair_shares`: steady ones cached, instantaneous ones
+computed). A snapshot is built once per GET /state, per /events tick (only
+while a page listens) and per /metrics scrape; nothing is kept up to date on
+the hot paths, and nothing here changes the master.
 """
 
 from __future__ import annotations
@@ -102,16 +104,13 @@ def agent_snapshot(master: Master, agent_id: str) -> AgentSnapshot | None:
     agent = master.agents.get(agent_id)
     if agent is None:
         return None
-    offered = _sum_by(
-        (agent_id, o.offer.resources)
-        for o in master.offers.values()
-        if o.offer.agent_id == agent_id
-    )
-    return _agent(master, agent, offered.get(agent_id, EMPTY), _clock(master))
+    offers = (o.offer for o in master.offers.values())
+    offered = sum((o.resources for o in offers if o.agent_id == agent_id), EMPTY)
+    return _agent(master, agent, offered, _clock(master))
 
 
 def _clock(master: Master) -> float:
-    """The master's clock, on which agents' `last_seen` is read."""
+    """The master's clock, on which agents' `last_seen` is read (its one private read)."""
     return master._clock()
 
 
