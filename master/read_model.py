@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import time
 from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -49,7 +48,8 @@ from mesolite.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from master.master import Agent, Framework, Master, Task
+    from master.master import Master
+    from master.state import AgentRecord, FrameworkRecord, TaskRecord
 
 COMPLETED_TASKS_SHOWN = 50
 
@@ -76,7 +76,7 @@ def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapsh
         master_id=master.master_id,
         policy=master.allocator.policy.name,
         started_at=master.started_at,
-        time=time.time(),
+        time=_wall_clock(master),
         cluster=ClusterTotals(
             total=total,
             allocated=allocated,
@@ -109,9 +109,18 @@ def agent_snapshot(master: Master, agent_id: str) -> AgentSnapshot | None:
     return _agent(master, agent, offered, _clock(master))
 
 
+# The master's clocks (injected; virtual in unit tests). It exposes neither, so these
+# are the read side's only reads of private attributes.
+
+
 def _clock(master: Master) -> float:
-    """The master's clock, on which agents' `last_seen` is read (its one private read)."""
+    """The monotonic clock agents' `last_seen` is read on."""
     return master._clock()
+
+
+def _wall_clock(master: Master) -> float:
+    """The wall clock `started_at` is read on."""
+    return master._wall_clock()
 
 
 def _healthy(connected: bool, last_seen: float, now: float, timeout: float) -> bool:
@@ -126,7 +135,7 @@ def _sum_by(items: Iterable[tuple[str, Resources]]) -> dict[str, Resources]:
 
 
 def _framework(
-    master: Master, f: Framework, offered: Resources, total: Resources
+    master: Master, f: FrameworkRecord, offered: Resources, total: Resources
 ) -> FrameworkSnapshot:
     alloc = master.allocator
     allocated = alloc.framework_allocation(f.framework_id)
@@ -152,7 +161,7 @@ def _framework(
     )
 
 
-def _agent(master: Master, a: Agent, offered: Resources, now: float) -> AgentSnapshot:
+def _agent(master: Master, a: AgentRecord, offered: Resources, now: float) -> AgentSnapshot:
     allocated = master.allocator.agent_allocated(a.agent_id)
     return AgentSnapshot(
         id=a.agent_id,
@@ -199,7 +208,7 @@ def _roles(master: Master, frameworks_in: Counter[str]) -> tuple[RoleSnapshot, .
     return tuple(roles)
 
 
-def _task(t: Task) -> TaskSnapshot:
+def _task(t: TaskRecord) -> TaskSnapshot:
     return TaskSnapshot(
         id=t.spec.task_id,
         name=t.spec.name,
@@ -214,7 +223,7 @@ def _offer(offer: Offer) -> OfferSnapshot:
     return OfferSnapshot(offer.offer_id, offer.framework_id, offer.agent_id, offer.resources)
 
 
-def _recently_ended(frameworks: Iterable[Framework]) -> tuple[EndedTaskSnapshot, ...]:
+def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSnapshot, ...]:
     """The newest `COMPLETED_TASKS_SHOWN` ended tasks of all frameworks, newest first."""
     shown = COMPLETED_TASKS_SHOWN
     newest = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
@@ -234,7 +243,7 @@ def _recently_ended(frameworks: Iterable[Framework]) -> tuple[EndedTaskSnapshot,
     )
 
 
-def _ended_at(task: Task) -> float:
+def _ended_at(task: TaskRecord) -> float:
     return task.status.timestamp if task.status else 0.0
 
 

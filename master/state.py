@@ -2,7 +2,7 @@
 
 Plain mutable dataclasses, owned by the master's core (`master/core.py`) and
 changed only by its handlers. Everything else reads them through the read
-side (`master/http.py`, `master/metrics.py`, ...).
+model (`master/read_model.py`), which turns them into one `ClusterSnapshot`.
 """
 
 from __future__ import annotations

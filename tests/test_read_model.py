@@ -1,120 +1,168 @@
-"""The read model (master/read_model.py): the figures it derives, on a real cluster, and
-GET /state, GET /metrics and the in-process snapshot showing the same ones."""
+"""The read model (master/read_model.py): the figures it derives, on the master's core
+driven directly (virtual time, no network), and on a real cluster GET /state and
+GET /metrics showing the same ones as the in-process snapshot."""
 
 from __future__ import annotations
 
-import time
+import json
 from pathlib import Path
 
 import pytest
 
 from framework_sdk import Resources, TaskSpec, TaskState
-from master.read_model import agent_snapshot, build_snapshot
+from master.read_model import COMPLETED_TASKS_SHOWN, agent_snapshot, build_snapshot
+from mesolite.model import TaskStatus
 from mesolite.resources import EMPTY
 from mesolite.snapshot import AgentHealth, ClusterSnapshot
 from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.scraping import scrape, value
+from tests.support.core import CONFIG, AgentPeer, CoreHarness, FrameworkPeer
 from tests.waiting import wait_for_condition
 
 
-async def test_shares_count_every_resource_and_split_used_from_offered(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path) as cluster:
+def end(core: CoreHarness, agent: AgentPeer, fw: FrameworkPeer, task_id: str, at: float) -> None:
+    """The task finishes, stamped `at` on the wall clock."""
+    status = TaskStatus(
+        task_id,
+        fw.framework_id,
+        agent.agent_id,
+        TaskState.FINISHED,
+        timestamp=at,
+        update_id=task_id,
+    )
+    core.master.status_update(agent.agent_id, status)
+
+
+@pytest.mark.unit
+def test_dominant_share_counts_every_resource() -> None:
+    core = CoreHarness()
+    core.add_agent("cpus:4;mem:4096;gpus:2")
+    fw = core.subscribe("trainer")
+    [offer] = core.allocate_for(fw)
+    # A quarter of the CPUs, 1/16 of the memory, half the GPUs: the GPUs dominate.
+    core.launch(fw, offer, "gpu-1", "cpus:1;mem:256;gpus:1")
+    state = build_snapshot(core.master)
+
+    [f] = state.frameworks
+    assert f.used == f.allocated == Resources(cpus=1, mem=256, gpus=1) and f.offered == EMPTY
+    assert f.dominant_share == f.used_dominant_share == pytest.approx(0.5)
+    assert f.weighted_dominant_share == pytest.approx(0.5)  # weight 1, DRF
+    [role] = [r for r in state.roles if r.path == "*"]
+    assert role.dominant_share == role.share == pytest.approx(0.5) and role.frameworks == 1
+    [a] = state.agents
+    assert a.used == a.allocated == f.used and a.free == Resources(cpus=3, mem=3840, gpus=1)
+    core.assert_sound()
+
+
+@pytest.mark.unit
+def test_an_offer_counts_as_allocated_not_used() -> None:
+    core = CoreHarness()
+    core.add_agent("cpus:2;mem:1024")
+    fw = core.subscribe("holder")
+    [offer] = core.allocate_for(fw)
+    state = build_snapshot(core.master)
+
+    [f], [a], [o] = state.frameworks, state.agents, state.offers
+    assert (o.id, o.framework_id, o.resources) == (offer.offer_id, fw.framework_id, offer.resources)
+    assert f.used == EMPTY and f.used_dominant_share == 0
+    assert f.offered == f.allocated == o.resources and f.dominant_share == 1
+    assert a.offered == a.allocated == o.resources and a.used == EMPTY
+    assert state.cluster.allocated == o.resources and state.cluster.free == EMPTY
+    assert state.cluster.outstanding_offers == 1
+
+
+@pytest.mark.unit
+def test_health_follows_the_heartbeat_timeout() -> None:
+    core = CoreHarness()
+    steady, gone = core.add_agent(hostname="steady"), core.add_agent(hostname="gone")
+    core.master.disconnect_agent(gone.agent_id, gone.peer)
+
+    def health() -> dict[str, AgentHealth]:
+        return {a.hostname: a.health for a in build_snapshot(core.master).agents}
+
+    assert health() == {"steady": AgentHealth.HEALTHY, "gone": AgentHealth.DISCONNECTED}
+    core.advance(CONFIG.agent_timeout)  # late, but not yet past the timeout
+    assert health()["steady"] is AgentHealth.HEALTHY
+    core.advance(0.5)
+    [late] = [a for a in build_snapshot(core.master).agents if a.hostname == "steady"]
+    assert late.health is AgentHealth.UNHEALTHY and late.connected and not late.healthy
+    assert late.seconds_since_heartbeat == CONFIG.agent_timeout + 0.5
+    core.heartbeat(steady)
+    assert health()["steady"] is AgentHealth.HEALTHY
+    assert agent_snapshot(core.master, steady.agent_id) == build_snapshot(core.master).agent(
+        steady.agent_id
+    )
+    assert agent_snapshot(core.master, "no-such-agent") is None
+
+
+@pytest.mark.unit
+def test_ended_tasks_newest_first_and_bounded() -> None:
+    core = CoreHarness()
+    agent = core.add_agent("cpus:100;mem:100000")
+    first, second = core.subscribe("first"), core.subscribe("second")
+    many = COMPLETED_TASKS_SHOWN + 10
+    for fw, prefix in ((first, "a"), (second, "b")):
+        [offer] = core.allocate_for(fw)
+        specs = [TaskSpec(f"{prefix}{i}", "true", Resources(cpus=0.1)) for i in range(many)]
+        core.master.accept(fw.framework_id, [offer.offer_id], specs, refuse_seconds=0)
+    # Ended in turn, a0 b0 a1 b1 ...: the newest 50 interleave the two frameworks.
+    for i in range(many):
+        end(core, agent, first, f"a{i}", at=2 * i)
+        end(core, agent, second, f"b{i}", at=2 * i + 1)
+    state = build_snapshot(core.master)
+
+    shown = [t.id for t in state.completed_tasks]
+    expected = [f"{p}{i}" for i in reversed(range(many)) for p in ("b", "a")]
+    assert shown == expected[:COMPLETED_TASKS_SHOWN]
+    assert {t.state for t in state.completed_tasks} == {TaskState.FINISHED}
+    assert [f.completed_tasks for f in state.frameworks] == [many, many]
+    assert state.tasks == () and state.cluster.running_tasks == 0
+
+
+@pytest.mark.unit
+def test_roles_count_their_frameworks_and_the_json_reads_back() -> None:
+    core = CoreHarness()
+    core.add_agent()
+    for name, role in (("a", "eng"), ("b", "eng"), ("c", "*")):
+        core.subscribe(name, role=role)
+    core.advance(65.0)
+    state = build_snapshot(core.master)
+
+    assert {r.path: r.frameworks for r in state.roles} == {"*": 1, "eng": 2}
+    assert state.time - state.started_at == 65.0  # the master's wall clock
+    again = ClusterSnapshot.from_json(json.loads(json.dumps(state.to_json())))
+    assert again == state
+
+
+async def test_state_metrics_and_snapshot_agree(tmp_path: Path) -> None:
+    """One read model: what GET /state and GET /metrics show is what the snapshot has."""
+    async with LocalCluster(tmp_path, fast(agent_timeout=60.0)) as cluster:
         await cluster.add_agent("cpus:4;mem:4096;gpus:2", name="gpu-box")
+        stopped = await cluster.add_agent("cpus:1;mem:256", name="stopped")
+        await stopped.stop()  # listed, disconnected, until the (long) agent timeout
         fw = RecordingFramework("trainer")
         async with running(fw, cluster.address):
             offer = await fw.next_offer()
-            # Half the GPUs, a quarter of the CPUs, 1/16 of the memory: GPUs dominate.
             task = TaskSpec("gpu-1", "sleep 60", Resources(cpus=1, mem=256, gpus=1))
             await fw.launch(offer, [task], refuse_seconds=3600)
             await fw.wait_state("gpu-1", TaskState.RUNNING)
-            snapshot = build_snapshot(cluster.master)
+            await wait_for_condition(
+                lambda: cluster.server.snapshot().agents[-1].health is AgentHealth.DISCONNECTED,
+                what="the stopped agent to be disconnected",
+            )
+            snapshot = cluster.server.snapshot()
             document = await cluster.state()
             samples = await scrape(cluster.server.http_address)
 
     [f] = snapshot.frameworks
-    assert f.used == Resources(cpus=1, mem=256, gpus=1)
-    assert f.offered == EMPTY  # the rest of the agent is refused for an hour
-    assert f.allocated == f.used
-    assert f.used_dominant_share == pytest.approx(0.5)
-    assert f.dominant_share == pytest.approx(0.5)
-    assert f.weighted_dominant_share == pytest.approx(0.5)  # weight 1, DRF
-    [a] = snapshot.agents
-    assert a.used == a.allocated == f.used
-    assert a.free == Resources(cpus=3, mem=3840, gpus=1)
-    [role] = [r for r in snapshot.roles if r.path == "*"]
-    assert role.dominant_share == pytest.approx(0.5) and role.frameworks == 1
-
-    # One read model: /state and /metrics show the figures the snapshot has.
-    [shown] = ClusterSnapshot.from_json(document).frameworks
-    assert shown.dominant_share == pytest.approx(0.5)
+    assert f.dominant_share == pytest.approx(0.5)  # GPUs: 1 of 2
+    shown = ClusterSnapshot.from_json(document)
+    assert [x.dominant_share for x in shown.frameworks] == [f.dominant_share]
+    assert [a.health for a in shown.agents] == [AgentHealth.HEALTHY, AgentHealth.DISCONNECTED]
+    assert shown.cluster == snapshot.cluster
     labels = {"framework_id": f.id, "name": "trainer", "role": "*"}
-    assert value(samples, "mesolite_framework_dominant_share", **labels) == pytest.approx(0.5)
+    assert value(samples, "mesolite_framework_dominant_share", **labels) == f.dominant_share
+    assert value(samples, "mesolite_agents", health="healthy") == 1
+    assert value(samples, "mesolite_agents", health="disconnected") == 1
     assert value(samples, "mesolite_cluster_allocated_resources", resource="gpus") == 1
-
-
-async def test_an_offer_counts_as_allocated_not_used(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path) as cluster:
-        await cluster.add_agent("cpus:2;mem:1024")
-        fw = RecordingFramework("holder")
-        async with running(fw, cluster.address):
-            offer = await fw.next_offer()
-            snapshot = build_snapshot(cluster.master)
-
-    [f], [a], [o] = snapshot.frameworks, snapshot.agents, snapshot.offers
-    assert o.id == offer.offer_id and o.resources == Resources(cpus=2, mem=1024)
-    assert f.used == EMPTY and f.used_dominant_share == 0
-    assert f.offered == f.allocated == o.resources and f.dominant_share == 1
-    assert a.offered == a.allocated == o.resources and a.used == EMPTY
-    assert snapshot.cluster.allocated == o.resources and snapshot.cluster.free == EMPTY
-
-
-async def test_health_follows_the_heartbeat_timeout(tmp_path: Path) -> None:
-    config = fast(agent_timeout=60.0)  # the stopped agent stays listed, disconnected
-    async with LocalCluster(tmp_path, config) as cluster:
-        await cluster.add_agent("cpus:1;mem:256", name="steady")
-        stopped = await cluster.add_agent("cpus:1;mem:256", name="stopped")
-        await stopped.stop()
-
-        def health() -> dict[str, AgentHealth]:
-            return {a.hostname: a.health for a in build_snapshot(cluster.master).agents}
-
-        await wait_for_condition(
-            lambda: health()["stopped"] is AgentHealth.DISCONNECTED, what="a disconnected agent"
-        )
-        assert health()["steady"] is AgentHealth.HEALTHY
-        # The master's clock (monotonic) past the timeout: heartbeats are overdue.
-        late = build_snapshot(cluster.master, now=time.monotonic() + config.agent_timeout + 1)
-        by_name = {a.hostname: a for a in late.agents}
-        assert by_name["steady"].health is AgentHealth.UNHEALTHY
-        assert not by_name["steady"].healthy and by_name["steady"].connected
-        assert by_name["steady"].seconds_since_heartbeat > config.agent_timeout
-        assert by_name["stopped"].health is AgentHealth.DISCONNECTED
-
-        samples = await scrape(cluster.server.http_address)
-        assert value(samples, "mesolite_agents", health="healthy") == 1
-        assert value(samples, "mesolite_agents", health="disconnected") == 1
-        [steady] = [a for a in late.agents if a.hostname == "steady"]
-        assert agent_snapshot(cluster.master, steady.id) is not None
-        assert agent_snapshot(cluster.master, "no-such-agent") is None
-
-
-async def test_ended_tasks_newest_first(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path) as cluster:
-        await cluster.add_agent("cpus:2;mem:1024")
-        fw = RecordingFramework("runner")
-        async with running(fw, cluster.address):
-            for name, command in (("first", "true"), ("second", "exit 3")):
-                offer = await fw.next_offer()  # the first still outstanding
-                task = TaskSpec(name, command, Resources(cpus=1, mem=64))
-                await fw.launch(offer, [task], refuse_seconds=0)
-                end = TaskState.FINISHED if command == "true" else TaskState.FAILED
-                await fw.wait_state(name, end)
-            snapshot = build_snapshot(cluster.master)
-
-    assert [(t.id, t.state, t.exit_code) for t in snapshot.completed_tasks] == [
-        ("second", TaskState.FAILED, 3),
-        ("first", TaskState.FINISHED, 0),
-    ]
-    [f] = snapshot.frameworks
-    assert f.completed_tasks == 2 and f.running_tasks == 0
