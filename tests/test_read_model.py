@@ -137,32 +137,36 @@ def test_roles_count_their_frameworks_and_the_json_reads_back() -> None:
 
 async def test_state_metrics_and_snapshot_agree(tmp_path: Path) -> None:
     """One read model: what GET /state and GET /metrics show is what the snapshot has."""
-    async with LocalCluster(tmp_path, fast(agent_timeout=60.0)) as cluster:
+    config = fast(agent_timeout=60.0, weights={"eng": 2.0})  # weighted share: half of dominant
+    async with LocalCluster(tmp_path, config) as cluster:
         await cluster.add_agent("cpus:4;mem:4096;gpus:2", name="gpu-box")
         stopped = await cluster.add_agent("cpus:1;mem:256", name="stopped")
         await stopped.stop()  # listed, disconnected, until the (long) agent timeout
-        fw = RecordingFramework("trainer")
+        await wait_for_condition(
+            lambda: cluster.server.snapshot().agents[-1].health is AgentHealth.DISCONNECTED,
+            what="the stopped agent to be disconnected",
+        )
+        fw = RecordingFramework("trainer", role="eng")
         async with running(fw, cluster.address):
             offer = await fw.next_offer()
             task = TaskSpec("gpu-1", "sleep 60", Resources(cpus=1, mem=256, gpus=1))
             await fw.launch(offer, [task], refuse_seconds=3600)
             await fw.wait_state("gpu-1", TaskState.RUNNING)
-            await wait_for_condition(
-                lambda: cluster.server.snapshot().agents[-1].health is AgentHealth.DISCONNECTED,
-                what="the stopped agent to be disconnected",
-            )
             snapshot = cluster.server.snapshot()
             document = await cluster.state()
             samples = await scrape(cluster.server.http_address)
 
     [f] = snapshot.frameworks
     assert f.dominant_share == pytest.approx(0.5)  # GPUs: 1 of 2
+    assert f.weighted_dominant_share == pytest.approx(0.25)
     shown = ClusterSnapshot.from_json(document)
-    assert [x.dominant_share for x in shown.frameworks] == [f.dominant_share]
+    assert shown.frameworks == snapshot.frameworks
     assert [a.health for a in shown.agents] == [AgentHealth.HEALTHY, AgentHealth.DISCONNECTED]
     assert shown.cluster == snapshot.cluster
-    labels = {"framework_id": f.id, "name": "trainer", "role": "*"}
+    labels = {"framework_id": f.id, "name": "trainer", "role": "eng"}
     assert value(samples, "mesolite_framework_dominant_share", **labels) == f.dominant_share
+    weighted = value(samples, "mesolite_framework_weighted_share", **labels)
+    assert weighted == f.weighted_dominant_share
     assert value(samples, "mesolite_agents", health="healthy") == 1
     assert value(samples, "mesolite_agents", health="disconnected") == 1
     assert value(samples, "mesolite_cluster_allocated_resources", resource="gpus") == 1
