@@ -24,6 +24,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
+from mesolite.errors import MesoliteError
 from mesolite.resources import InvalidResources, Resources
 
 T = TypeVar("T")
@@ -32,7 +33,7 @@ SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 _DOC = "doc"
 
 
-class DocumentError(ValueError):
+class DocumentError(MesoliteError, ValueError):
     """A JSON document that does not have the shape its dataclass describes."""
 
 
