@@ -40,6 +40,7 @@ def validator() -> jsonschema.Draft202012Validator:
     return jsonschema.Draft202012Validator(schema)
 
 
+@pytest.mark.unit
 def test_the_committed_schema_is_the_generated_one() -> None:
     assert json.loads(SCHEMA_FILE.read_text()) == state_json_schema(), (
         "docs/state.schema.json is stale: run scripts/gen_state_schema.py"
@@ -138,6 +139,7 @@ WRONG: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+@pytest.mark.unit
 @pytest.mark.parametrize("where", list(WRONG))
 def test_wrong_documents_are_rejected(where: str) -> None:
     framework = {
