@@ -119,6 +119,14 @@ class MasterCore(abc.ABC):
     def _start(self) -> None:
         """Configure the roles and recover from the registry (`master/master.py`)."""
 
+    def now(self) -> float:
+        """The core's monotonic clock (what its timers count in)."""
+        return self._clock()
+
+    def wall_time(self) -> float:
+        """The wall clock the core stamps updates with."""
+        return self._wall_clock()
+
     def _new_id(self, kind: str) -> str:
         return f"{self.master_id}-{kind}{next(self._ids):04d}"
 

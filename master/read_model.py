@@ -58,7 +58,7 @@ _DRF = DRFPolicy()
 
 def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapshot:
     """The cluster now. `now` is on the master's clock (tests move it to see health age)."""
-    now = _clock(master) if now is None else now
+    now = master.now() if now is None else now
     total = master.allocator.total
     offers = tuple(_offer(o.offer) for o in master.offers.values())
     by_framework = _sum_by((o.framework_id, o.resources) for o in offers)
@@ -76,7 +76,7 @@ def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapsh
         master_id=master.master_id,
         policy=master.allocator.policy.name,
         started_at=master.started_at,
-        time=_wall_clock(master),
+        time=master.wall_time(),
         cluster=ClusterTotals(
             total=total,
             allocated=allocated,
@@ -106,21 +106,7 @@ def agent_snapshot(master: Master, agent_id: str) -> AgentSnapshot | None:
         return None
     offers = (o.offer for o in master.offers.values())
     offered = sum((o.resources for o in offers if o.agent_id == agent_id), EMPTY)
-    return _agent(master, agent, offered, _clock(master))
-
-
-# The master's clocks (injected; virtual in unit tests). It exposes neither, so these
-# are the read side's only reads of private attributes.
-
-
-def _clock(master: Master) -> float:
-    """The monotonic clock agents' `last_seen` is read on."""
-    return master._clock()
-
-
-def _wall_clock(master: Master) -> float:
-    """The wall clock `started_at` is read on."""
-    return master._wall_clock()
+    return _agent(master, agent, offered, master.now())
 
 
 def _healthy(connected: bool, last_seen: float, now: float, timeout: float) -> bool:
