@@ -29,6 +29,7 @@ lint: $(STAMP)
 	$(PY) scripts/gen_state_schema.py --check
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 protos: $(STAMP)
 	$(PY) scripts/gen_protos.py

@@ -6,7 +6,7 @@
                    the client connects and then whenever the cluster changes
     GET /agents/{agent_id}/sandbox/{framework_id}/{task_id}/{stdout|stderr}?offset=&length=
                    a task's output, read from the agent's sandbox server at the
-                   address the agent registered (`agent.sandbox_http`)
+                   address the agent registered (`mesolite/sandbox_protocol.py`)
 
 Events are bounded. One `StateBroadcaster` per app renders the snapshot every
 `interval` seconds (0.5), and only while someone listens (and once more for
@@ -35,7 +35,13 @@ import structlog
 from aiohttp import web
 from yarl import URL
 
-from agent.sandbox_http import OFFSET_HEADER, SIZE_HEADER, BadRequest, check_segment, parse_range
+from mesolite.sandbox_protocol import (
+    OFFSET_HEADER,
+    SIZE_HEADER,
+    BadRequest,
+    check_segment,
+    parse_range,
+)
 from mesolite.snapshot import AgentSnapshot, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
