@@ -366,6 +366,14 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
 
 async def _run_experiment(args: argparse.Namespace) -> int:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(
+            "mesolite experiment draws figures with matplotlib: pip install 'mesolite[lab]'",
+            file=sys.stderr,
+        )
+        return 2
     from mesolite import experiment
 
     # Every offer at info level would drown the progress lines: warning unless debugging.
