@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint protos clean
+.PHONY: demo test test-fast lint protos schema clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,13 +20,22 @@ demo: $(STAMP)
 test: $(STAMP) lint
 	$(PY) -m pytest
 
+# The unit layer only (tests/conftest.py): pure, in-process, under 30 s.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m unit -q
+
 lint: $(STAMP)
 	$(PY) scripts/gen_protos.py --check
+	$(PY) scripts/gen_state_schema.py --check
 	$(PY) -m ruff check .
 	$(PY) -m mypy
+	$(VENV)/bin/lint-imports
 
 protos: $(STAMP)
 	$(PY) scripts/gen_protos.py
+
+schema: $(STAMP)
+	$(PY) scripts/gen_state_schema.py
 
 clean:
 	rm -rf $(VENV) work-dirs build *.egg-info

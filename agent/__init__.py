@@ -1,16 +1,19 @@
 """The mesolite agent: registers with the master and runs the tasks it launches.
 
-Run one with ``await Agent(master, detect_resources(work_dir), work_dir).run()``,
-or as ``async with Agent(...) as agent:`` to run it in the background.
+Run one with ``await Agent(AgentConfig(master, detect_resources(work_dir), work_dir)).run()``,
+or as ``async with Agent(config) as agent:`` to run it in the background.
 """
 
-from agent._backoff import Backoff
-from agent.agent import Agent, AgentError, AgentRegistrationError
+from agent.agent import Agent
+from agent.config import AgentConfig
+from agent.errors import AgentError, AgentRegistrationError
 from agent.resources import detect_resources
 from agent.tasks import TaskRunner, TaskTransition
+from mesolite.backoff import Backoff
 
 __all__ = [
     "Agent",
+    "AgentConfig",
     "AgentError",
     "AgentRegistrationError",
     "Backoff",

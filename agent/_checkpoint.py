@@ -18,7 +18,7 @@ from typing import Any
 
 import structlog
 
-from agent._task_wrapper import fsync_directory, write_json_atomically
+from mesolite.files import fsync_directory, write_json_atomically
 
 log = structlog.get_logger(__name__)
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import structlog
 
-from agent._task_wrapper import fsync_directory
+from mesolite.files import fsync_directory
 from mesolite.model import StatusSource, TaskState, TaskStatus
 
 log = structlog.get_logger(__name__)

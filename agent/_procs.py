@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from pathlib import Path
 
 import structlog
 
@@ -92,3 +93,21 @@ def signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
     except PermissionError:
         log.warning("not allowed to signal process group", pgid=pgid, signal=sig.name)
+
+
+def find_process(argv_prefix: list[str]) -> int | None:
+    """The pid of a live process whose command line starts with `argv_prefix`, if any.
+
+    Reads every /proc/<pid>/cmdline: O(processes), for rare recovery paths only.
+    """
+    wanted = [a.encode() for a in argv_prefix]
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # gone meanwhile, or not ours to read
+        if argv[: len(wanted)] == wanted:
+            return int(entry.name)
+    return None

@@ -25,15 +25,15 @@ it is the command's parent, outlives the agent, and leaves the status on disk.
   command left running ends with it (and so does the wrapper), as when Mesos
   destroys a container. The status is on disk by then.
 
-Standard library only and no asyncio: it starts in tens of milliseconds and
-depends on nothing the agent might break. The agent runs it by path with
+Standard library (and `mesolite.files`, itself standard library only) and no
+asyncio: it starts in tens of milliseconds and depends on nothing the agent
+might break. The agent runs it by path with
 ``python -I`` so that importing it does not import the agent's package.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from mesolite.files import write_json_atomically
 
 EXIT_FILE = "exit.json"
 # Written first thing, before the command starts: a restarted agent finds the
@@ -55,33 +57,6 @@ FORWARDED_SIGNALS = (
     signal.SIGUSR2,
 )
 _USAGE = "usage: python -I _task_wrapper.py SANDBOX [--ready-fd FD] -- COMMAND [ARG...]"
-
-
-def write_json_atomically(path: Path, record: dict[str, Any]) -> None:
-    """Replace `path` with `record` so that a crash leaves the old or the new file, whole.
-
-    The agent uses this too: the wrapper must run standalone, so the one
-    implementation lives here.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_directory(path.parent)
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a new file in `directory` durable."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _Forwarder:

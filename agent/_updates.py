@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from agent._backoff import Backoff
+from mesolite.backoff import Backoff
 from mesolite.model import TaskStatus
 
 _Key = tuple[str, str]  # (framework_id, task_id)

@@ -44,11 +44,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import socket
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -59,11 +56,12 @@ import grpc.aio
 import structlog
 
 from agent import _wire as wire
-from agent._backoff import Backoff
 from agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
 from agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
 from agent._updates import StatusUpdates
-from agent.tasks import DEFAULT_KILL_GRACE_PERIOD, TaskRunner, TaskTransition
+from agent.config import AgentConfig
+from agent.errors import AgentError, AgentRegistrationError
+from agent.tasks import TaskRunner, TaskTransition
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import EMPTY, Resources
@@ -71,8 +69,6 @@ from mesolite.v1 import agent_pb2, agent_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
-DEFAULT_RECONNECT_BACKOFF = Backoff(initial=0.5, maximum=10.0)
-DEFAULT_STATUS_RETRY = Backoff(initial=1.0, maximum=10.0)
 # Used when the master's `registered` carries no usable interval.
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 _OUTBOX_SIZE = 256
@@ -80,14 +76,6 @@ _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end 
 
 # Messages for the stream's writer; None asks it to half-close the stream.
 _Outbox: TypeAlias = "asyncio.Queue[agent_pb2.AgentCall | None]"
-
-
-class AgentError(Exception):
-    """Root of the errors the agent raises."""
-
-
-class AgentRegistrationError(AgentError):
-    """The master refused the registration (INVALID_ARGUMENT); retrying would not help."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,42 +86,26 @@ class _StreamEnd:
 
 
 class Agent:
-    """A mesolite agent. Use ``async with Agent(...) as agent:`` or ``await agent.run()``.
+    """A mesolite agent: ``async with Agent(config) as agent:`` or ``await agent.run()``.
 
-    `reconnect_backoff` paces reconnection to the master; `status_retry` paces
-    re-sending unacknowledged status updates. On `stop()` the agent kills its
-    tasks and waits up to `stop_timeout` seconds for their final updates to be
-    acknowledged before it closes the stream.
+    Its settings are one `AgentConfig` (`agent/config.py`).
     """
 
-    def __init__(
-        self,
-        master: str,
-        resources: Resources,
-        work_dir: str | os.PathLike[str],
-        *,
-        hostname: str | None = None,
-        address: str = "",
-        attributes: Mapping[str, str] | None = None,
-        kill_grace_period: float = DEFAULT_KILL_GRACE_PERIOD,
-        reconnect_backoff: Backoff = DEFAULT_RECONNECT_BACKOFF,
-        status_retry: Backoff = DEFAULT_STATUS_RETRY,
-        registration_timeout: float = 10.0,
-        stop_timeout: float = 5.0,
-    ) -> None:
-        self._master = master
-        self._total = resources
-        self._hostname = hostname or socket.gethostname()
-        self._address = address
-        self._attributes = dict(attributes or {})
-        self._reconnect = reconnect_backoff
-        self._registration_timeout = registration_timeout
-        self._stop_timeout = stop_timeout
-        self._work_dir = Path(work_dir).absolute()
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self._master = config.master
+        self._total = config.resources
+        self._hostname = config.hostname
+        self._address = config.address
+        self._attributes = dict(config.attributes)
+        self._reconnect = config.reconnect_backoff
+        self._registration_timeout = config.registration_timeout
+        self._stop_timeout = config.stop_timeout
+        self._work_dir = Path(config.work_dir).absolute()
         self._runner = TaskRunner(
-            self._work_dir, self._on_transition, kill_grace_period=kill_grace_period
+            self._work_dir, self._on_transition, kill_grace_period=config.kill_grace_period
         )
-        self._updates = StatusUpdates(status_retry)
+        self._updates = StatusUpdates(config.status_retry)
         self._journal = UpdateJournal(self._work_dir / JOURNAL_FILE)
         self._writer = JournalWriter(self._journal, self._on_durable)
         self._run_of_update: dict[str, str] = {}  # update id -> task run, while pending

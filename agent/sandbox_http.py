@@ -14,11 +14,12 @@ must be a regular file opened without following a symlink (a task can replace
 its own `stdout` with a link; it must not get to show the agent's other files).
 Unknown sandboxes and files are 404. Files are read in a worker thread.
 
-The agent registers the address of this server with the master (`Agent(...,
+The protocol's shared pieces are in `mesolite/sandbox_protocol.py`. The agent
+registers the address of this server with the master (`AgentConfig(...,
 address=server.address)`); the master proxies the UI's requests to it.
 
     async with SandboxServer(work_dir, host="127.0.0.1", port=0) as sandboxes:
-        agent = Agent(master, resources, work_dir, address=sandboxes.address)
+        agent = Agent(AgentConfig(master, resources, work_dir, address=sandboxes.address))
 """
 
 from __future__ import annotations
@@ -35,38 +36,18 @@ from types import TracebackType
 import structlog
 from aiohttp import web
 
+from mesolite.sandbox_protocol import (
+    FILES,
+    OFFSET_HEADER,
+    SIZE_HEADER,
+    BadRequest,
+    check_segment,
+    parse_range,
+)
+
 log = structlog.get_logger(__name__)
 
-FILES = ("stdout", "stderr")
-DEFAULT_LENGTH = 64 * 1024
-MAX_LENGTH = 1024 * 1024
-OFFSET_HEADER = "X-Sandbox-Offset"
-SIZE_HEADER = "X-Sandbox-Size"
-
 _SANDBOXES_KEY = web.AppKey("sandboxes", Path)
-
-
-class BadRequest(ValueError):
-    """A request that names no sandbox file (a bad id or query parameter)."""
-
-
-def check_segment(kind: str, value: str) -> str:
-    """`value` if it can name one directory under the sandboxes; raises BadRequest if not."""
-    if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
-        raise BadRequest(f"invalid {kind}: {value!r}")
-    return value
-
-
-def parse_range(offset: str | None, length: str | None) -> tuple[int | None, int]:
-    """The `offset` (None: read the tail) and `length` query parameters, checked."""
-    try:
-        start = None if offset in (None, "") else int(offset)
-        size = DEFAULT_LENGTH if length in (None, "") else int(length)
-    except ValueError:
-        raise BadRequest("offset and length must be integers") from None
-    if (start is not None and start < 0) or size < 0:
-        raise BadRequest("offset and length must not be negative")
-    return start, min(size, MAX_LENGTH)
 
 
 @dataclass(frozen=True, slots=True)

@@ -62,7 +62,14 @@ import structlog
 
 from agent import _task_wrapper
 from agent._checkpoint import read_json, write_json_atomically
-from agent._procs import is_alive, process_start_time, signal_group, wait_for_exit, wait_readable
+from agent._procs import (
+    find_process,
+    is_alive,
+    process_start_time,
+    signal_group,
+    wait_for_exit,
+    wait_readable,
+)
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 
@@ -328,10 +335,7 @@ class TaskRunner:
             ready_read, ready_write = os.pipe()
             try:
                 t.process = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-I",
-                    str(_WRAPPER),
-                    str(t.sandbox),
+                    *self._wrapper_argv(t),
                     "--ready-fd",
                     str(ready_write),
                     "--",
@@ -384,15 +388,17 @@ class TaskRunner:
         """A recovered task: wait for its wrapper if it still runs; return how it ended."""
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
         if t.pid is None:
-            # The agent died before checkpointing the pid; the wrapper wrote its own.
-            try:
-                wrapper = await asyncio.to_thread(read_json, t.sandbox / WRAPPER_FILE)
-            except (OSError, ValueError):
-                wrapper = None
-            if wrapper is None:
-                state = TaskState.KILLED if t.kill_requested else TaskState.FAILED
-                return self._transition(t, state, "the agent stopped while the task was starting")
-            t.pid, t.start_time = int(wrapper["pid"]), int(wrapper["start_time"])
+            # The agent died before checkpointing the pid: the wrapper may have
+            # written its own, or be about to (it starts in its own session and
+            # outlived the agent), or never have been started.
+            found = await self._find_wrapper(t)
+            if found is None:
+                if t.kill_requested:
+                    return self._transition(t, TaskState.KILLED, "killed before it started")
+                return self._transition(
+                    t, TaskState.LOST, "the agent stopped before the task could start"
+                )
+            t.pid, t.start_time = found
             bound = bound.bind(pid=t.pid)
             await self._checkpoint(t)
         if t.start_time is not None and is_alive(t.pid, t.start_time):
@@ -411,6 +417,29 @@ class TaskRunner:
         t.exited.set()
         bound.info("the task ended while the agent was down")
         return await self._outcome(t, None, ended_while_down=True)
+
+    async def _find_wrapper(self, t: _Task) -> tuple[int, int] | None:
+        """(pid, start time) of a task's wrapper that the last agent did not checkpoint."""
+        for _ in range(2):
+            try:
+                wrapper = await asyncio.to_thread(read_json, t.sandbox / WRAPPER_FILE)
+            except (OSError, ValueError):
+                wrapper = None
+            if wrapper is not None:
+                return int(wrapper["pid"]), int(wrapper["start_time"])
+            # Not written yet: is the wrapper running, still on its way to writing it?
+            pid = await asyncio.to_thread(find_process, self._wrapper_argv(t))
+            if pid is None:
+                return None
+            start_time = process_start_time(pid)
+            if start_time is not None:
+                log.info("found the wrapper of a task caught starting", task_id=t.spec.task_id)
+                return pid, start_time
+        return None
+
+    @staticmethod
+    def _wrapper_argv(t: _Task) -> list[str]:
+        return [sys.executable, "-I", str(_WRAPPER), str(t.sandbox)]
 
     async def _outcome(
         self, t: _Task, wrapper_returncode: int | None, *, ended_while_down: bool

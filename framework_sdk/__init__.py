@@ -50,11 +50,18 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
         configure()
         asyncio.run(Hello(count=3).run(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:5050"))
 
-Everything the SDK raises derives from `MesoliteError`; `FrameworkRejected` means the
-master refused the subscription and retrying will not help.
+Everything the SDK raises derives from `MesoliteError` (mesolite's one error root);
+`FrameworkRejected` means the master refused the subscription and retrying will not
+help; `InvalidCall` (also a `ValueError`) a call the SDK could tell was wrong.
 """
 
-from framework_sdk._errors import FrameworkRejected, MesoliteError, NotConnected, RpcError
+from framework_sdk._errors import (
+    FrameworkRejected,
+    InvalidCall,
+    MesoliteError,
+    NotConnected,
+    RpcError,
+)
 from framework_sdk._framework import Framework
 from framework_sdk._ids import new_task_id
 from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
@@ -63,6 +70,7 @@ from mesolite.resources import Resources
 __all__ = [
     "Framework",
     "FrameworkRejected",
+    "InvalidCall",
     "MesoliteError",
     "NotConnected",
     "Offer",

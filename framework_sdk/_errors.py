@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from mesolite.errors import MesoliteError
 
-class MesoliteError(Exception):
-    """Root of every error the framework SDK raises."""
+__all__ = ["FrameworkRejected", "InvalidCall", "MesoliteError", "NotConnected", "RpcError"]
+
+
+class InvalidCall(MesoliteError, ValueError):
+    """A call the SDK can tell is wrong before sending it (say, tasks bigger than the offer)."""
 
 
 class NotConnected(MesoliteError):

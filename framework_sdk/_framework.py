@@ -22,11 +22,18 @@ import grpc
 import grpc.aio
 import structlog
 
-from framework_sdk._backoff import Backoff
-from framework_sdk._errors import FrameworkRejected, MesoliteError, NotConnected, RpcError
+from framework_sdk._errors import (
+    FrameworkRejected,
+    InvalidCall,
+    MesoliteError,
+    NotConnected,
+    RpcError,
+)
 from framework_sdk._ids import RecentIds
 from framework_sdk._stream import Stream, StreamLost
 from mesolite import convert
+from mesolite.backoff import Backoff
+from mesolite.files import write_atomically
 from mesolite.grpc_utils import create_channel
 from mesolite.model import DEFAULT_ROLE, FrameworkInfo, Offer, TaskSpec, TaskStatus
 from mesolite.resources import Resources
@@ -124,6 +131,7 @@ class Framework:
             raise MesoliteError("run() is already running")
         self._run_task = asyncio.current_task()
         backoff = Backoff(self.reconnect_initial, self.reconnect_max)
+        failures = 0  # since the last subscription
         try:
             while not self._stop.is_set():
                 # A new channel for every attempt, so that our backoff alone decides when
@@ -135,9 +143,10 @@ class Framework:
                 if self._stop.is_set():
                     break
                 if was_subscribed:
-                    backoff.reset()
+                    failures = 0
                     await self.on_disconnected()
-                delay = backoff.next_delay()
+                delay = backoff.delay(failures)
+                failures += 1
                 self._log.info("reconnecting", master=master, delay=round(delay, 3))
                 with contextlib.suppress(TimeoutError):
                     # Not wait_for: on Python 3.11 it can swallow a cancellation.
@@ -177,11 +186,13 @@ class Framework:
         placed = [t if t.agent_id else dataclasses.replace(t, agent_id=agent_id) for t in tasks]
         for task in placed:
             if task.agent_id != agent_id:
-                raise ValueError(f"task {task.task_id} names agent {task.agent_id}, not {agent_id}")
+                raise InvalidCall(
+                    f"task {task.task_id} names agent {task.agent_id}, not {agent_id}"
+                )
         offered = sum((o.resources for o in offers), Resources())
         wanted = sum((t.resources for t in placed), Resources())
         if not offered.contains(wanted):
-            raise ValueError(f"tasks need {wanted}, the offers hold {offered}")
+            raise InvalidCall(f"tasks need {wanted}, the offers hold {offered}")
         call_id = await self._send(
             Call(
                 accept=Call.Accept(
@@ -350,7 +361,7 @@ class Framework:
             )
         self.framework_id = msg.framework_id
         if self._id_file is not None:
-            _write_atomically(self._id_file, msg.framework_id)
+            write_atomically(self._id_file, msg.framework_id.encode())
         self._heartbeat_interval = msg.heartbeat_interval_seconds
         self._stream = stream
         self._log = _log.bind(framework=self.name, framework_id=msg.framework_id)
@@ -432,7 +443,7 @@ def _as_list(offers: Offer | Sequence[Offer]) -> list[Offer]:
 def _single_agent(offers: Sequence[Offer]) -> str:
     agents = {o.agent_id for o in offers}
     if len(agents) != 1:
-        raise ValueError(f"offers to launch on must come from one agent, got {sorted(agents)}")
+        raise InvalidCall(f"offers to launch on must come from one agent, got {sorted(agents)}")
     return agents.pop()
 
 
@@ -440,16 +451,6 @@ def _filters(refuse_seconds: float | None) -> scheduler_pb2.Filters:
     if refuse_seconds is None:
         return scheduler_pb2.Filters()
     return scheduler_pb2.Filters(refuse_seconds=refuse_seconds)
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(path.name + ".tmp")
-    with temporary.open("w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
 
 
 def _sibling(path: Path, suffix: str) -> Path:

@@ -20,7 +20,7 @@ _log = structlog.get_logger(__name__)
 QUEUE_SIZE = 1024
 
 
-class StreamLost(Exception):
+class StreamLost(NotConnected):
     """The stream ended without an error status: the master closed it or fell silent."""
 
 

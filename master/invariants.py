@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING
 from mesolite.resources import EMPTY, Resources
 
 if TYPE_CHECKING:
-    from master.master import Master
+    from master.core import MasterCore
 
 
-def check(master: Master) -> list[str]:
+def check(master: MasterCore) -> list[str]:
     """Every violated invariant, described; empty when all hold."""
     problems: list[str] = []
     allocator = master.allocator

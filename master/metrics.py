@@ -8,9 +8,10 @@ Two kinds, kept apart so the hot paths stay cheap:
   happen, each with a one-line call into `MasterMetrics`. Labelled children
   are resolved once, here, so a hook is a dict lookup and an increment.
 - **State** (tasks by state, shares, role allocations and fair shares, agents
-  by health, cluster totals, frameworks) is read from the master when
-  Prometheus scrapes, by `_StateCollector`: nothing is kept up to date on the
-  way, so these numbers always agree with `GET /state`.
+  by health, cluster totals, frameworks) is read when Prometheus scrapes, by
+  `_StateCollector`, from one `ClusterSnapshot` (master/read_model.py) per
+  scrape: nothing is kept up to date on the way, and the figures are the ones
+  `GET /state` shows, derived in the same place.
 
 Every master has its own `CollectorRegistry` (tests run many masters in one
 process). Beside the mesolite_* series it exports the standard process_* and
@@ -20,9 +21,10 @@ mem and disk: MB), named by the `resource` label.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections import Counter as Tally
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Literal
 
@@ -37,9 +39,10 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from master.policies import DRFPolicy
+from master.read_model import build_snapshot
 from mesolite.model import TaskState
-from mesolite.resources import EMPTY, Resources
+from mesolite.resources import Resources
+from mesolite.snapshot import AgentHealth, ClusterSnapshot
 
 if TYPE_CHECKING:
     from master.master import Master
@@ -86,8 +89,6 @@ CYCLE_SECONDS_BUCKETS = (
     5.0,
 )
 CYCLE_OFFERS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
-
-AGENT_HEALTH = ("healthy", "unhealthy", "disconnected")
 
 
 class MasterMetrics:
@@ -153,7 +154,7 @@ class MasterMetrics:
         PlatformCollector(registry=r)
         GCCollector(registry=r)
         if master is not None:
-            r.register(_StateCollector(master))
+            self.collect_state_of(master)
 
     # Hooks: one call each from the master ----------------------------------
 
@@ -189,38 +190,40 @@ class MasterMetrics:
     def call_rejected(self, call: str | None) -> None:
         self._rejected.labels(call or "none").inc()
 
+    def collect_state_of(self, master: Master) -> None:
+        """Read `master`'s state at every scrape (gauges: tasks, shares, agents, totals)."""
+        self.registry.register(_StateCollector(functools.partial(build_snapshot, master)))
+
 
 class _StateCollector:
-    """Gauges read from the master's state at scrape time (on the event loop)."""
+    """Gauges read from one snapshot of the master's state per scrape (on the event loop)."""
 
-    def __init__(self, master: Master) -> None:
-        self._master = master
+    def __init__(self, snapshot: Callable[[], ClusterSnapshot]) -> None:
+        self._snapshot = snapshot
 
     def collect(self) -> Iterable[Metric]:
-        master = self._master
-        yield from _tasks(master)
-        yield from _frameworks(master)
-        yield from _roles(master)
-        yield from _agents(master)
-        yield from _cluster(master)
+        state = self._snapshot()
+        yield from _tasks(state)
+        yield from _frameworks(state)
+        yield from _roles(state)
+        yield from _agents(state)
+        yield from _cluster(state)
 
 
-def _tasks(master: Master) -> Iterator[Metric]:
+def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:
     tasks = GaugeMetricFamily(
         "mesolite_tasks",
         "Tasks the master considers running (not yet terminal), by their current state.",
         labels=["state"],
     )
-    by_state = Tally(t.state for t in master.tasks())
-    for state in TaskState:
-        if not state.is_terminal:
-            tasks.add_metric([state.value], by_state.get(state, 0))
+    by_state = Tally(t.state for t in state.tasks)
+    for task_state in TaskState:
+        if not task_state.is_terminal:
+            tasks.add_metric([task_state.value], by_state.get(task_state, 0))
     yield tasks
 
 
-def _frameworks(master: Master) -> Iterator[Metric]:
-    alloc = master.allocator
-    total = alloc.total
+def _frameworks(state: ClusterSnapshot) -> Iterator[Metric]:
     labels = ["framework_id", "name", "role"]
     dominant = GaugeMetricFamily(
         "mesolite_framework_dominant_share",
@@ -237,28 +240,23 @@ def _frameworks(master: Master) -> Iterator[Metric]:
     running = GaugeMetricFamily(
         "mesolite_framework_tasks", "Running tasks of the framework.", labels=labels
     )
-    drf = DRFPolicy()
-    connected = 0
-    for f in master.frameworks.values():
-        values = [f.framework_id, f.info.name, f.info.role]
-        allocated = alloc.framework_allocation(f.framework_id)
-        dominant.add_metric(values, drf.share(allocated, total))
-        weighted.add_metric(values, alloc.framework_share(f.framework_id))
-        running.add_metric(values, len(f.tasks))
-        connected += f.connected
+    for f in state.frameworks:
+        values = [f.id, f.name, f.role]
+        dominant.add_metric(values, f.dominant_share)
+        weighted.add_metric(values, f.weighted_dominant_share)
+        running.add_metric(values, f.running_tasks)
+    connected = sum(f.connected for f in state.frameworks)
     registered = GaugeMetricFamily(
         "mesolite_frameworks",
         "Registered frameworks, connected or disconnected (within their failover timeout).",
         labels=["state"],
     )
     registered.add_metric(["connected"], connected)
-    registered.add_metric(["disconnected"], len(master.frameworks) - connected)
+    registered.add_metric(["disconnected"], len(state.frameworks) - connected)
     yield from (dominant, weighted, running, registered)
 
 
-def _roles(master: Master) -> Iterator[Metric]:
-    tree = master.allocator.roles
-    steady, instantaneous = master.fair_shares()
+def _roles(state: ClusterSnapshot) -> Iterator[Metric]:
     labels = ["role", "resource"]
     allocation = GaugeMetricFamily(
         "mesolite_role_allocated",
@@ -282,12 +280,12 @@ def _roles(master: Master) -> Iterator[Metric]:
         "The role's share under the master's policy divided by its weight.",
         labels=["role"],
     )
-    resources = master.allocator.total.keys()
-    for path in sorted(tree.role_paths()):
-        _add_resources(allocation, path, tree.role_allocation(path), resources)
-        _add_resources(steady_share, path, steady.get(path, EMPTY), resources)
-        _add_resources(inst_share, path, instantaneous.get(path, EMPTY), resources)
-        share.add_metric([path], tree.role_share(path))
+    resources = state.cluster.total.keys()
+    for role in state.roles:
+        _add_resources(allocation, role.path, role.allocated, resources)
+        _add_resources(steady_share, role.path, role.steady_fair_share, resources)
+        _add_resources(inst_share, role.path, role.instantaneous_fair_share, resources)
+        share.add_metric([role.path], role.weighted_share)
     yield from (allocation, steady_share, inst_share, share)
 
 
@@ -299,37 +297,26 @@ def _add_resources(
         family.add_metric([role, name], amounts.get_amount(name))
 
 
-def _agents(master: Master) -> Iterator[Metric]:
-    now = master._clock()
-    timeout = master.config.agent_timeout
-    health: Tally[str] = Tally()
-    for a in master.agents.values():
-        if not a.connected:
-            health["disconnected"] += 1
-        elif now - a.last_seen <= timeout:
-            health["healthy"] += 1
-        else:
-            health["unhealthy"] += 1
+def _agents(state: ClusterSnapshot) -> Iterator[Metric]:
+    health = Tally(a.health for a in state.agents)
     agents = GaugeMetricFamily(
         "mesolite_agents",
         "Agents in the cluster by health: healthy (connected, heartbeats on time), "
         "unhealthy (connected, heartbeats late) or disconnected (stream broken; no offers).",
         labels=["health"],
     )
-    for h in AGENT_HEALTH:
-        agents.add_metric([h], health[h])
+    for h in AgentHealth:
+        agents.add_metric([h.value], health[h])
     yield agents
     yield GaugeMetricFamily(
         "mesolite_agents_removed",
         "Agents removed from the cluster (they must register again as new agents).",
-        value=len(master.removed_agents),
+        value=len(state.removed_agents),
     )
 
 
-def _cluster(master: Master) -> Iterator[Metric]:
-    alloc = master.allocator
-    total = alloc.total
-    allocated = sum((alloc.agent_allocated(a) for a in master.agents), EMPTY)
+def _cluster(state: ClusterSnapshot) -> Iterator[Metric]:
+    total, allocated = state.cluster.total, state.cluster.allocated
     total_family = GaugeMetricFamily(
         "mesolite_cluster_resources",
         "Resources of all registered agents, in the resource's unit.",
@@ -347,5 +334,5 @@ def _cluster(master: Master) -> Iterator[Metric]:
     yield GaugeMetricFamily(
         "mesolite_offers_outstanding",
         "Offers sent and not yet accepted, declined or rescinded.",
-        value=len(master.offers),
+        value=state.cluster.outstanding_offers,
     )

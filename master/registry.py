@@ -27,6 +27,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
+from master.errors import MasterError
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources
 
@@ -73,7 +74,7 @@ class FrameworkEntry:
     removing: bool = False
 
 
-class RegistryError(Exception):
+class RegistryError(MasterError):
     """The registry file cannot be used by this master (say, written by a newer one)."""
 
 

@@ -62,6 +62,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
+from master.errors import MasterError
 from mesolite.model import DEFAULT_ROLE
 from mesolite.resources import Resources
 
@@ -88,7 +89,7 @@ _TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 _ROLE_KEYS = ("weight", "guarantee", "limit")
 
 
-class RolesConfigError(ValueError):
+class RolesConfigError(MasterError, ValueError):
     """An invalid roles file; the message reads `SOURCE:LINE: problem`."""
 
     def __init__(self, source: str, line: int | None, problem: str) -> None:

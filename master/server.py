@@ -2,6 +2,7 @@
 
 async with MasterServer(config, host="127.0.0.1", port=0, http_port=0) as server:
     print(server.grpc_address, server.http_address)
+    snapshot = server.snapshot()  # the cluster now, as GET /state shows it
     await server.wait_closed()
 """
 
@@ -16,10 +17,13 @@ import grpc.aio
 import structlog
 from aiohttp import web
 
+from master.effects import AsyncioTimers
 from master.http import create_app
 from master.master import Master, MasterConfig
+from master.read_model import build_snapshot
 from master.servicers import AgentGatewayService, SchedulerService
 from mesolite import grpc_utils
+from mesolite.snapshot import ClusterSnapshot
 from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -49,8 +53,15 @@ class MasterServer:
     def http_address(self) -> str:
         return f"{self.host}:{self.http_port}"
 
+    def snapshot(self) -> ClusterSnapshot:
+        """The cluster now, as GET /state shows it (call on the server's event loop)."""
+        if self.master is None:
+            raise RuntimeError("the master server has not started")
+        return build_snapshot(self.master)
+
     async def start(self) -> None:
-        master = self.master = Master(self.config)
+        timers = AsyncioTimers(asyncio.get_running_loop())
+        master = self.master = Master(self.config, timers=timers)
         self._grpc = grpc_utils.create_server()
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(master), self._grpc)
         agent_pb2_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(master), self._grpc)

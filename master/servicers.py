@@ -17,7 +17,7 @@ import grpc.aio
 import structlog
 
 from master import messages as msg
-from master.master import CallRejected, Master, RegistrationRefused
+from master.master import CallRejected, Master, Refusal, RegistrationRefused
 from master.outbox import Outbox
 from mesolite import convert
 from mesolite.resources import InvalidResources
@@ -35,10 +35,17 @@ async def _first(requests: AsyncIterator[T]) -> T | None:
         return None
 
 
+_STATUS_OF = {
+    Refusal.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
+    Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Refusal.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
 async def _refuse(
     context: grpc.aio.ServicerContext[object, object], e: RegistrationRefused
 ) -> None:
-    await context.abort(grpc.StatusCode[e.code], str(e))
+    await context.abort(_STATUS_OF[e.refusal], str(e))
 
 
 def _read_into(
@@ -86,7 +93,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             info = convert.framework_info_from_proto(first.subscribe.framework_info)
             framework_id = self._master.subscribe(info, outbox)
         except RegistrationRefused as e:
-            log.warning("subscription refused", reason=str(e), code=e.code)
+            log.warning("subscription refused", reason=str(e), refusal=e.refusal.value)
             await _refuse(context, e)
             return
 

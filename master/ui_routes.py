@@ -1,23 +1,23 @@
 """The master's web UI: the page, live updates by server-sent events, and task output.
 
     GET /          the page (master/ui/index.html); its script and style under /ui/
-    GET /events    text/event-stream of `state` events: the /state snapshot plus
-                   `completed_tasks` (the most recent ended tasks), sent when the
-                   client connects and then whenever the cluster changes
+    GET /events    text/event-stream of `state` events: the GET /state document
+                   (`ClusterSnapshot`, recently ended tasks included), sent when
+                   the client connects and then whenever the cluster changes
     GET /agents/{agent_id}/sandbox/{framework_id}/{task_id}/{stdout|stderr}?offset=&length=
                    a task's output, read from the agent's sandbox server at the
-                   address the agent registered (`agent.sandbox_http`)
+                   address the agent registered (`mesolite/sandbox_protocol.py`)
 
 Events are bounded. One `StateBroadcaster` per app renders the snapshot every
 `interval` seconds (0.5), and only while someone listens (and once more for
 each page that connects, at most `max_clients` at a time); a new version is
 published only when the snapshot differs from the last one, clocks excluded.
 Each stream sends the newest version it has not sent, so a slow client skips
-versions instead of queueing them. The snapshot is built on the loop, its JSON
-encoded in a worker thread. An idle stream gets a comment every `heartbeat`
-seconds (15). A stream ends when its client goes (checked every second) or when
-the app shuts down: `on_shutdown` wakes every stream, so stopping the master
-never waits on an open page.
+versions instead of queueing them. The snapshot is built on the loop, once per
+tick, and encoded in a worker thread (it is immutable). An idle stream gets a
+comment every `heartbeat` seconds (15). A stream ends when its client goes
+(checked every second) or when the app shuts down: `on_shutdown` wakes every
+stream, so stopping the master never waits on an open page.
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import itertools
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 import aiohttp
@@ -37,15 +35,21 @@ import structlog
 from aiohttp import web
 from yarl import URL
 
-from agent.sandbox_http import OFFSET_HEADER, SIZE_HEADER, BadRequest, check_segment, parse_range
-from master.master import Master
+from mesolite.sandbox_protocol import (
+    OFFSET_HEADER,
+    SIZE_HEADER,
+    BadRequest,
+    check_segment,
+    parse_range,
+)
+from mesolite.snapshot import AgentSnapshot, ClusterSnapshot
 
 log = structlog.get_logger(__name__)
 
 UI_DIR = Path(__file__).resolve().parent / "ui"
-COMPLETED_TASKS_SHOWN = 50
 
-Snapshot = Callable[[Master], dict[str, Any]]
+Snapshot = Callable[[], ClusterSnapshot]  # the cluster now (master.read_model.build_snapshot)
+AgentLookup = Callable[[str], AgentSnapshot | None]  # one agent now, None if unknown
 
 # The page loads only its own files and talks only to this server.
 _CSP = (
@@ -54,36 +58,9 @@ _CSP = (
 )
 
 
-def ui_snapshot(master: Master, snapshot: Snapshot) -> dict[str, Any]:
-    """What the page shows: `snapshot(master)` (GET /state) plus recently ended tasks."""
-    state = snapshot(master)
-    for agent in state["agents"]:  # the only values shared with the master: copy them
-        agent["attributes"] = dict(agent["attributes"])
-    ended = [
-        task
-        for framework in master.frameworks.values()
-        for task in itertools.islice(reversed(framework.completed), COMPLETED_TASKS_SHOWN)
-    ]
-    ended.sort(key=lambda t: t.status.timestamp if t.status else 0.0, reverse=True)
-    state["completed_tasks"] = [
-        {
-            "id": t.spec.task_id,
-            "name": t.spec.name,
-            "framework_id": t.framework_id,
-            "agent_id": t.agent_id,
-            "state": t.state.value,
-            "resources": t.spec.resources.to_dict(),
-            "message": t.status.message if t.status else "",
-            "exit_code": t.status.exit_code if t.status else None,
-            "ended_at": t.status.timestamp if t.status else None,
-        }
-        for t in ended[:COMPLETED_TASKS_SHOWN]
-    ]
-    return state
-
-
-def encode_event(state: dict[str, Any]) -> tuple[bytes, bytes]:
-    """The SSE message for `state`, and a fingerprint that ignores the clocks in it."""
+def encode_event(snapshot: ClusterSnapshot) -> tuple[bytes, bytes]:
+    """The SSE message for `snapshot`, and a fingerprint that ignores the clocks in it."""
+    state = snapshot.to_json()
     data = json.dumps(state, separators=(",", ":"))
     steady = {
         **state,
@@ -101,14 +78,12 @@ class StateBroadcaster:
 
     def __init__(
         self,
-        master: Master,
         snapshot: Snapshot,
         *,
         interval: float = 0.5,
         heartbeat: float = 15.0,
         max_clients: int = 64,
     ) -> None:
-        self._master = master
         self._snapshot = snapshot
         self._interval = interval
         self._heartbeat = heartbeat
@@ -122,9 +97,9 @@ class StateBroadcaster:
         self._changed = asyncio.Event()  # replaced (after being set) at every new version
 
     async def _render(self) -> tuple[bytes, bytes]:
-        state = ui_snapshot(self._master, self._snapshot)
-        # json.dumps of a large cluster takes a while: off the loop, on our own copy.
-        return await asyncio.to_thread(encode_event, state)
+        snapshot = self._snapshot()
+        # Encoding a large cluster takes a while: off the loop (the snapshot is immutable).
+        return await asyncio.to_thread(encode_event, snapshot)
 
     def _wake(self) -> None:
         changed, self._changed = self._changed, asyncio.Event()
@@ -209,13 +184,13 @@ _PROXY_TIMEOUT = aiohttp.ClientTimeout(total=10, sock_connect=3)
 class SandboxProxy:
     """Reads task sandboxes from the agents' sandbox servers for the page."""
 
-    def __init__(self, master: Master) -> None:
-        self._master = master
+    def __init__(self, agent: AgentLookup) -> None:
+        self._agent = agent
         self.session: aiohttp.ClientSession | None = None
 
     async def read(self, request: web.Request) -> web.Response:
         info = request.match_info
-        agent = self._master.agents.get(info["agent_id"])
+        agent = self._agent(info["agent_id"])
         if agent is None:
             raise web.HTTPNotFound(text=f"no agent {info['agent_id']!r}")
         try:
@@ -318,10 +293,11 @@ async def _on_shutdown(app: web.Application) -> None:
         await session.close()
 
 
-def setup_ui(app: web.Application, master: Master, snapshot: Snapshot) -> None:
-    """Add the UI's routes to the master's HTTP app; `snapshot` renders GET /state."""
-    app[_BROADCASTER_KEY] = StateBroadcaster(master, snapshot)
-    app[_PROXY_KEY] = SandboxProxy(master)
+def setup_ui(app: web.Application, *, snapshot: Snapshot, agent: AgentLookup) -> None:
+    """Add the UI's routes to the master's HTTP app, reading the cluster through `snapshot`
+    (for /events) and `agent` (where a task's sandbox is served)."""
+    app[_BROADCASTER_KEY] = StateBroadcaster(snapshot)
+    app[_PROXY_KEY] = SandboxProxy(agent)
     app.cleanup_ctx.append(_background)
     app.on_shutdown.append(_on_shutdown)
     app.router.add_get("/", _page)
@@ -337,4 +313,4 @@ def broadcaster(app: web.Application) -> StateBroadcaster:
     return app[_BROADCASTER_KEY]
 
 
-__all__ = ["StateBroadcaster", "broadcaster", "encode_event", "setup_ui", "ui_snapshot"]
+__all__ = ["StateBroadcaster", "broadcaster", "encode_event", "setup_ui"]

@@ -1,12 +1,11 @@
-"""What the demo shows: each job's shares, measured from the master's `GET /state`, next
-to the split DRF should reach (`mesolite._demo_scenario`). Pure: JSON in, rich
-renderables out."""
+"""What the demo shows: each job's shares, measured from the master's snapshot (the read
+model `GET /state` serves), next to the split DRF should reach
+(`mesolite._demo_scenario`). Pure: snapshots in, rich renderables out."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from rich import box
 from rich.console import Group, RenderableType
@@ -14,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mesolite._demo_scenario import DemoJob, Phase, describe_task
-from mesolite.resources import Resources
+from mesolite.snapshot import ClusterSnapshot
 
 BAR_WIDTH = 16
 
@@ -40,27 +39,24 @@ class Sample:
     jobs: Mapping[str, Measured]
 
 
-def measure(state: Mapping[str, Any], names: Sequence[str]) -> dict[str, Measured]:
-    """Each named job's shares of the cluster, from a `GET /state` document.
-
-    A job not registered with the master (not joined yet, or gone) holds nothing.
-    """
-    total = Resources(state["cluster"]["total"])
-    by_name = {f["name"]: f for f in state["frameworks"]}
+def measure(snapshot: ClusterSnapshot, names: Sequence[str]) -> dict[str, Measured]:
+    """Each named job's shares of the cluster, from the master's snapshot (what
+    `GET /state` shows). A job not registered (not joined yet, or gone) holds nothing."""
+    total = snapshot.cluster.total
+    by_name = {f.name: f for f in snapshot.frameworks}
     measured: dict[str, Measured] = {}
     for name in names:
         framework = by_name.get(name)
         if framework is None:
             measured[name] = NOTHING
             continue
-        shares = Resources(framework["used"]).shares(total)
-        allocated = Resources(framework["allocated"]).shares(total)
+        shares = framework.used.shares(total)
         measured[name] = Measured(
-            tasks=int(framework["running_tasks"]),
+            tasks=framework.running_tasks,
             cpu_share=shares.get("cpus", 0.0),
             mem_share=shares.get("mem", 0.0),
-            dominant_share=max(shares.values(), default=0.0),
-            allocated_share=max(allocated.values(), default=0.0),
+            dominant_share=framework.used_dominant_share,
+            allocated_share=framework.dominant_share,
         )
     return measured
 
@@ -171,7 +167,7 @@ def summary_table(rows: Sequence[Settled], phases: Sequence[Phase]) -> Table:
         box=box.SIMPLE_HEAD,
         padding=(0, 1),
         show_edge=False,
-        title="each phase's second half, averaged (measured from /state) vs DRF",
+        title="each phase's second half, averaged (measured on the master) vs DRF",
         title_justify="left",
     )
     table.add_column("phase")

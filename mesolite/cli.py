@@ -8,27 +8,30 @@ import asyncio
 import json
 import os
 import signal
-import socket
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from master.config import MasterConfig
 from master.policies import POLICIES
 from mesolite import logs
 from mesolite._demo_scenario import AGENT_RESOURCES
+from mesolite.errors import MesoliteError
 from mesolite.resources import InvalidResources, Resources
+from mesolite.snapshot import ClusterSnapshot, DocumentError
 from mesolite.views import VIEWS, View
 
 # Output width when piped: wide enough that table rows are never wrapped.
+# Defaults come from the process's config object, never restated here.
+MASTER = MasterConfig()
 _WIDE_OUTPUT = 250
 
 
@@ -99,12 +102,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--http-port", type=int, default=5051, help="HTTP port for /state and the web UI"
     )
     m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
-    m.add_argument("--allocation-interval", type=_positive, default=1.0, metavar="S")
-    m.add_argument("--offer-timeout", type=_positive, default=30.0, metavar="S")
+    m.add_argument(
+        "--allocation-interval", type=_positive, default=MASTER.allocation_interval, metavar="S"
+    )
+    m.add_argument("--offer-timeout", type=_positive, default=MASTER.offer_timeout, metavar="S")
     m.add_argument(
         "--agent-timeout",
         type=_positive,
-        default=10.0,
+        default=MASTER.agent_timeout,
         metavar="S",
         help="remove an agent silent for this long",
     )
@@ -118,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--agent-reregister-timeout",
         type=_positive,
-        default=60.0,
+        default=MASTER.agent_reregister_timeout,
         metavar="S",
         help="after a restart, agents not back within this are removed and their tasks lost "
         "(keep it above the agents' 10 s longest reconnect backoff); frameworks get this plus "
@@ -139,7 +144,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--policy",
         choices=POLICIES,
-        default="drf",
+        default=MASTER.policy,
         help="how shares are measured: dominant share, asset sum, or slots",
     )
 
@@ -154,7 +159,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--attributes", type=_parse_attributes, default={}, metavar='"rack:r1"')
     a.add_argument("--work-dir", type=Path, default=Path("work-dirs/agent"))
-    a.add_argument("--hostname", default=socket.gethostname())
+    a.add_argument("--hostname", default=None, help="default: this machine's host name")
     a.add_argument(
         "--http-host",
         default=None,
@@ -325,7 +330,7 @@ async def _run_master(args: argparse.Namespace) -> int:
 
 
 async def _run_agent(args: argparse.Namespace) -> int:
-    from agent import Agent
+    from agent import Agent, AgentConfig
     from agent.resources import detect_resources
     from agent.sandbox_http import SandboxServer, host_towards
 
@@ -350,12 +355,14 @@ async def _run_agent(args: argparse.Namespace) -> int:
         return 2
     try:
         agent = Agent(
-            args.master,
-            resources,
-            args.work_dir,
-            hostname=args.hostname,
-            address=sandboxes.address,
-            attributes=args.attributes,
+            AgentConfig(
+                args.master,
+                resources,
+                args.work_dir,
+                address=sandboxes.address,
+                attributes=args.attributes,
+                **({"hostname": args.hostname} if args.hostname else {}),
+            )
         )
         runner = asyncio.create_task(agent.run())
         signalled = asyncio.create_task(_until_signalled())
@@ -379,6 +386,14 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
 
 async def _run_experiment(args: argparse.Namespace) -> int:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        print(
+            "mesolite experiment draws figures with matplotlib: pip install 'mesolite[lab]'",
+            file=sys.stderr,
+        )
+        return 2
     from mesolite import experiment
 
     # Every offer at info level would drown the progress lines: warning unless debugging.
@@ -386,11 +401,11 @@ async def _run_experiment(args: argparse.Namespace) -> int:
     return await experiment.run(args)
 
 
-class MasterUnreachable(Exception):
+class MasterUnreachable(MesoliteError):
     """The master's `GET /state` could not be read; the message says why and what to do."""
 
 
-def _fetch_state(address: str) -> dict[str, Any]:
+def _fetch_state(address: str) -> ClusterSnapshot:
     url = address if address.startswith(("http://", "https://")) else f"http://{address}"
     not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
     try:
@@ -410,7 +425,10 @@ def _fetch_state(address: str) -> dict[str, Any]:
         raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
     if not isinstance(data, dict) or "cluster" not in data:
         raise MasterUnreachable(f"{url}/state is not a master's state: {not_a_master}")
-    return data
+    try:
+        return ClusterSnapshot.from_json(data)
+    except DocumentError as e:
+        raise MasterUnreachable(f"{url}/state is not a state this mesolite reads: {e}") from None
 
 
 def _console() -> Console:
@@ -433,7 +451,7 @@ def _show(args: argparse.Namespace) -> int:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(view.part(state), indent=2))
+        print(json.dumps(view.json_of(state), indent=2))
     else:
         _print(_console(), view.render(state))
     return 0
@@ -469,7 +487,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
         if args.json:
             while True:
                 try:
-                    print(json.dumps(view.part(_fetch_state(args.master))), flush=True)
+                    print(json.dumps(view.json_of(_fetch_state(args.master))), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
                 time.sleep(every)

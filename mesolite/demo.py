@@ -7,7 +7,8 @@ nothing but the installed package. The story, in three phases, is
 `mesolite._demo_scenario`'s: two jobs share the cluster, a third joins, one finishes.
 
 The terminal shows the web UI's address first, then a live table of each job's shares of
-the cluster, measured from the master's `GET /state` twice a second, beside the split
+the cluster, measured twice a second from the master's snapshot (the read model that
+`GET /state` serves), beside the split
 DRF should reach (computed by `master.drf_reference.drf`), a line per event, and at the
 end each phase's settled average against DRF. Every log line (master, agents, jobs) goes
 to files under `<work dir>/logs/`; Ctrl-C stops everything: the jobs are torn down, the
@@ -25,17 +26,15 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
-import aiohttp
 import structlog
 from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.markup import escape
 
-from agent import Agent
+from agent import Agent, AgentConfig
 from agent.sandbox_http import SandboxServer
-from master.master import MasterConfig
+from master.config import MasterConfig
 from master.server import MasterServer
 from mesolite import logs
 from mesolite._demo_scenario import JOBS, DemoJob, Phase, describe_task, phases
@@ -61,7 +60,7 @@ LOG_ROUTES = {
 }
 OTHER_LOG = "demo.log"
 
-SAMPLE_INTERVAL = 0.5  # seconds between reads of /state
+SAMPLE_INTERVAL = 0.5  # seconds between looks at the master's snapshot
 
 
 def default_task_seconds(duration: float) -> float:
@@ -212,7 +211,7 @@ class Demo:
         await self._watch(server)
 
     async def _watch(self, server: MasterServer) -> None:
-        """Every `SAMPLE_INTERVAL`: start the next phase when it is time, read /state,
+        """Every `SAMPLE_INTERVAL`: start the next phase when it is time, read the master,
         let finished jobs go, redraw the table."""
         loop = asyncio.get_running_loop()
         started = loop.time()
@@ -221,34 +220,30 @@ class Demo:
         current = upcoming[0]
         view: RenderableType = ""
         tick = 0
-        url = f"http://{server.http_address}/state"
-        async with aiohttp.ClientSession() as http:
-            with Live(console=self.console, auto_refresh=False) as live, _newline_after(live):
-                while (elapsed := loop.time() - started) < self.duration:
-                    while upcoming and upcoming[0].start <= elapsed:
-                        if tick and not self.console.is_terminal:
-                            live.console.print(view)  # no live table: the phase's last view
-                        current = upcoming.pop(0)
-                        await self._enter(current, elapsed, server, live.console)
-                    async with http.get(url) as response:
-                        state: dict[str, Any] = await response.json()
-                    measured = measure(state, names)
-                    self.samples.append(Sample(elapsed, measured))
-                    for name in sorted(self.finishing):
-                        if measured[name].tasks == 0:
-                            await self._retire(name, elapsed, live.console)
-                    view = live_view(
-                        self.plan,
-                        self.status,
-                        measured,
-                        current,
-                        len(self.phases),
-                        elapsed,
-                        self.duration,
-                    )
-                    live.update(view, refresh=True)
-                    tick += 1
-                    await asyncio.sleep(max(0.0, started + tick * SAMPLE_INTERVAL - loop.time()))
+        with Live(console=self.console, auto_refresh=False) as live, _newline_after(live):
+            while (elapsed := loop.time() - started) < self.duration:
+                while upcoming and upcoming[0].start <= elapsed:
+                    if tick and not self.console.is_terminal:
+                        live.console.print(view)  # no live table: the phase's last view
+                    current = upcoming.pop(0)
+                    await self._enter(current, elapsed, server, live.console)
+                measured = measure(server.snapshot(), names)
+                self.samples.append(Sample(elapsed, measured))
+                for name in sorted(self.finishing):
+                    if measured[name].tasks == 0:
+                        await self._retire(name, elapsed, live.console)
+                view = live_view(
+                    self.plan,
+                    self.status,
+                    measured,
+                    current,
+                    len(self.phases),
+                    elapsed,
+                    self.duration,
+                )
+                live.update(view, refresh=True)
+                tick += 1
+                await asyncio.sleep(max(0.0, started + tick * SAMPLE_INTERVAL - loop.time()))
 
     async def _enter(self, phase: Phase, elapsed: float, server: MasterServer, c: Console) -> None:
         for job in self.plan:
@@ -315,12 +310,14 @@ class Demo:
             await sandboxes.start()
             self.sandboxes.append(sandboxes)
             agent = Agent(
-                server.grpc_address,
-                self.agent_resources,
-                work_dir,
-                hostname=f"agent{i + 1}",
-                address=sandboxes.address,
-                kill_grace_period=1.0,
+                AgentConfig(
+                    server.grpc_address,
+                    self.agent_resources,
+                    work_dir,
+                    hostname=f"agent{i + 1}",
+                    address=sandboxes.address,
+                    kill_grace_period=1.0,
+                )
             )
             await agent.__aenter__()
             self.agents.append(agent)

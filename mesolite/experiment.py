@@ -12,7 +12,8 @@ and plotted each job's CPU, memory and dominant share over time. Here one master
 agents run in this process over real gRPC on 127.0.0.1, the two jobs are in-process
 frameworks (`mesolite._phased_job.PhasedJob`) whose tasks are real `sleep` processes,
 and time is scaled down (20 s phases by default). Every `sample_interval` the master's
-state gives each job's shares of what its *tasks* hold (offers not counted).
+snapshot (`MasterServer.snapshot()`, what GET /state shows) gives each job's shares of
+what its *tasks* hold (offers not counted).
 
 For each phase the average over its second half (allocations have shifted by then) is
 printed next to two references computed from the demands alone:
@@ -65,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from agent import Agent
+from agent import Agent, AgentConfig
 from master.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
 from master.master import MasterConfig
 from master.policies import POLICIES, make_policy
@@ -73,6 +74,7 @@ from master.policies.slots import DEFAULT_SLOT
 from master.server import MasterServer
 from mesolite._phased_job import JobStats, PhasedJob
 from mesolite.resources import EMPTY, Resources
+from mesolite.snapshot import FrameworkSnapshot
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -254,24 +256,24 @@ async def run_dynamic_sharing(
     runs: list[asyncio.Task[None]] = []
     await server.start()
     try:
-        master = server.master
-        assert master is not None
         # Both jobs subscribe before there is anything to offer: no head start.
         runs = [asyncio.create_task(job.run(server.grpc_address)) for job in jobs]
         await _wait_for(lambda: all(job.connected for job in jobs), 30, "the jobs to subscribe")
         for i in range(config.agents):
             agent = Agent(
-                server.grpc_address,
-                config.agent_resources,
-                work_dir / f"agent{i + 1}",
-                hostname=f"agent{i + 1}",
-                kill_grace_period=1.0,
+                AgentConfig(
+                    server.grpc_address,
+                    config.agent_resources,
+                    work_dir / f"agent{i + 1}",
+                    hostname=f"agent{i + 1}",
+                    kill_grace_period=1.0,
+                )
             )
             await agent.__aenter__()
             agents.append(agent)
         async with asyncio.timeout(60):
             await asyncio.gather(*(agent.wait_registered() for agent in agents))
-        total = master.allocator.total
+        total = server.snapshot().cluster.total
         out(describe(config))
         await _sample(config, master_usage(server, jobs), jobs, total, result, out)
     finally:
@@ -297,43 +299,21 @@ async def run_dynamic_sharing(
     return result
 
 
-@dataclass(frozen=True, slots=True)
-class JobUsage:
-    used: Resources  # what the job's tasks hold (launched and not yet ended)
-    tasks: int
-    offered: Resources  # what the job's outstanding offers hold
-
-
 def master_usage(
     server: MasterServer, jobs: Sequence[PhasedJob]
-) -> Callable[[], dict[str, JobUsage]]:
-    """What each job's tasks, and separately its outstanding offers, hold on the master now."""
+) -> Callable[[], dict[str, FrameworkSnapshot | None]]:
+    """Each job's framework as the master's snapshot shows it now (None before it subscribes)."""
 
-    def usage() -> dict[str, JobUsage]:
-        master = server.master
-        assert master is not None
-        held: dict[str, JobUsage] = {}
-        for job in jobs:
-            framework = master.frameworks.get(job.framework_id or "")
-            used = offered = EMPTY
-            count = 0
-            if framework is not None:
-                for task in framework.tasks.values():
-                    used = used + task.spec.resources
-                count = len(framework.tasks)
-                for offer_id in framework.offers:
-                    outstanding = master.offers.get(offer_id)
-                    if outstanding is not None:
-                        offered = offered + outstanding.offer.resources
-            held[job.name] = JobUsage(used, count, offered)
-        return held
+    def usage() -> dict[str, FrameworkSnapshot | None]:
+        frameworks = {f.id: f for f in server.snapshot().frameworks}
+        return {job.name: frameworks.get(job.framework_id or "") for job in jobs}
 
     return usage
 
 
 async def _sample(
     config: ExperimentConfig,
-    usage: Callable[[], dict[str, JobUsage]],
+    usage: Callable[[], dict[str, FrameworkSnapshot | None]],
     jobs: Sequence[PhasedJob],
     total: Resources,
     result: RunResult,
@@ -359,18 +339,19 @@ async def _sample(
         held = usage()
         line = []
         for job in jobs:
-            now_held = held[job.name]
-            used, count = now_held.used, now_held.tasks
-            shares = used.shares(total)
+            framework = held[job.name]
+            shares = framework.used.shares(total) if framework else {}
+            count = framework.running_tasks if framework else 0
             sample = Sample(
                 time_s=round(now, 3),
                 phase=phase + 1,
                 job=job.name,
                 cpu_share=shares.get("cpus", 0.0),
                 mem_share=shares.get("mem", 0.0),
-                dominant_share=dominant_share(used, total),
+                dominant_share=framework.used_dominant_share if framework else 0.0,
                 tasks=count,
-                allocated_share=dominant_share(used + now_held.offered, total),
+                # Tasks and offers: what the allocator counts.
+                allocated_share=framework.dominant_share if framework else 0.0,
             )
             result.samples.append(sample)
             line.append(

@@ -11,11 +11,13 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 
+from mesolite.errors import MesoliteError
+
 _SCALE = 1000
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
 
 
-class InvalidResources(ValueError):
+class InvalidResources(MesoliteError, ValueError):
     """A resource name or amount that cannot be accepted."""
 
 

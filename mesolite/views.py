@@ -1,10 +1,13 @@
 """Operators' views of a master: rich tables built from the JSON of `GET /state`.
 
-Every `render_*` function is pure: a state dict in, a rich renderable out (no
-I/O, no clock but the state's own `time`), so each view can be tested from a
-saved state. `mesolite state|agents|frameworks|roles|tasks` (mesolite/cli.py)
-fetches the state and prints one of them; `VIEWS` says which part of the JSON
-each command's `--json` prints.
+Every `render_*` function is pure: a `ClusterSnapshot` (mesolite/snapshot.py,
+the types GET /state is written from) in, a rich renderable out (no I/O, no
+clock but the snapshot's own `time`), so each view can be tested from a saved
+state. `mesolite state|agents|frameworks|roles|tasks` (mesolite/cli.py) fetches
+the state, reads it with `ClusterSnapshot.from_json` and prints one of them;
+`VIEWS` says which part of the JSON each command's `--json` prints. The views
+show the figures the master derived (health, shares, used, offered); they
+compute none of their own.
 
 Amounts are shown in each resource's unit (cpus: cores; mem, disk: MB). Tables
 use no colour when the output is not a terminal (rich decides).
@@ -21,7 +24,9 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-State = Mapping[str, Any]
+from mesolite.model import TaskState
+from mesolite.snapshot import AgentHealth, AgentSnapshot, ClusterSnapshot, FrameworkSnapshot
+
 Amounts = Mapping[str, float]
 
 # Shown first, in this order; any other resource follows by name.
@@ -86,44 +91,41 @@ def _when_empty(table: Table, rows: int, message: str) -> Table:
 # Views -----------------------------------------------------------------------
 
 
-def render_header(state: State) -> Text:
+def render_header(state: ClusterSnapshot) -> Text:
     """Two lines: the master, its policy and uptime; then the counts."""
-    c = state["cluster"]
-    up = fmt_duration(state.get("time", 0.0) - state.get("started_at", 0.0))
+    c = state.cluster
+    up = fmt_duration(state.time - state.started_at)
     text = Text()
-    text.append(f"master {state['master_id']}", style="bold")
-    text.append(f"  policy {state.get('policy', 'drf')}  up {up}\n")
+    text.append(f"master {state.master_id}", style="bold")
+    text.append(f"  policy {state.policy}  up {up}\n")
     text.append(
-        f"{c['agents']} agents, {c['frameworks']} frameworks, {c['running_tasks']} tasks, "
-        f"{c['outstanding_offers']} offers outstanding"
+        f"{c.agents} agents, {c.frameworks} frameworks, {c.running_tasks} tasks, "
+        f"{c.outstanding_offers} offers outstanding"
     )
     return text
 
 
-def render_cluster(state: State) -> Table:
+def render_cluster(state: ClusterSnapshot) -> Table:
     """Per resource: the cluster's total, what is allocated (tasks and offers) and free."""
-    c = state["cluster"]
+    c = state.cluster
     table = _table("cluster")
     table.add_column("resource")
     for header in ("total", "allocated", "free", "allocated %"):
         table.add_column(header, justify="right")
-    total: Amounts = c["total"]
-    allocated: Amounts = c["allocated"]
-    free: Amounts = c["free"]
-    names = _ordered([*total, *allocated])
+    names = _ordered([*c.total, *c.allocated])
     for name in names:
-        t, a = total.get(name, 0.0), allocated.get(name, 0.0)
+        t, a = c.total.get_amount(name), c.allocated.get_amount(name)
         table.add_row(
             name,
             fmt_amount(t),
             fmt_amount(a),
-            fmt_amount(free.get(name, 0.0)),
+            fmt_amount(c.free.get_amount(name)),
             f"{100 * a / t:.0f}%" if t else "-",
         )
     return _when_empty(table, len(names), "no resources: no agent has registered")
 
 
-def render_frameworks(state: State) -> Table:
+def render_frameworks(state: ClusterSnapshot) -> Table:
     table = _table("frameworks")
     table.add_column("id", no_wrap=True)
     table.add_column("name", no_wrap=True)
@@ -134,29 +136,28 @@ def render_frameworks(state: State) -> Table:
     table.add_column("used")
     table.add_column("offered")
     table.add_column("status")
-    frameworks = state["frameworks"]
-    for f in frameworks:
+    for f in state.frameworks:
         table.add_row(
-            f["id"],
-            f["name"],
-            f["role"],
-            fmt_amount(f["weight"]),
-            fmt_share(f["dominant_share"]),
-            str(f["running_tasks"]),
-            fmt_resources(f["used"]),
-            fmt_resources(f.get("offered")),
+            f.id,
+            f.name,
+            f.role,
+            fmt_amount(f.weight),
+            fmt_share(f.dominant_share),
+            str(f.running_tasks),
+            fmt_resources(f.used),
+            fmt_resources(f.offered),
             _framework_status(f),
         )
-    return _when_empty(table, len(frameworks), "no frameworks registered")
+    return _when_empty(table, len(state.frameworks), "no frameworks registered")
 
 
-def _framework_status(f: Mapping[str, Any]) -> Text:
-    if not f["connected"]:
+def _framework_status(f: FrameworkSnapshot) -> Text:
+    if not f.connected:
         return Text("DISCONNECTED", style="red")
-    return Text("connected, suppressed" if f.get("suppressed") else "connected", style="green")
+    return Text("connected, suppressed" if f.suppressed else "connected", style="green")
 
 
-def render_agents(state: State) -> Table:
+def render_agents(state: ClusterSnapshot) -> Table:
     """Per agent: health, and what its tasks use of each resource out of its total."""
     table = _table("agents")
     table.add_column("id", no_wrap=True)
@@ -166,65 +167,41 @@ def render_agents(state: State) -> Table:
     table.add_column("tasks", justify="right")
     table.add_column("cpus used/total", justify="right")
     table.add_column("mem used/total", justify="right")
-    agents = state["agents"]
-    others = _ordered(
-        {n for a in agents for n in a["total"] if n not in ("cpus", "mem") and a["total"][n]}
-    )
+    agents = state.agents
+    others = _ordered({n for a in agents for n in a.total if n not in ("cpus", "mem")})
     if others:
         table.add_column("other used/total")
     table.add_column("offered")
-    used = _task_usage(state)
-    offered = _offered_by_agent(state)
     for a in agents:
-        mine, total = used.get(a["id"], {}), a["total"]
         row: list[RenderableType] = [
-            a["id"],
-            a["hostname"],
-            _agent_health(a),
-            f"{a['seconds_since_heartbeat']:.1f}s ago",
-            str(a["running_tasks"]),
-            _used_of(mine, total, "cpus"),
-            _used_of(mine, total, "mem"),
+            a.id,
+            a.hostname,
+            _HEALTH[a.health],
+            f"{a.seconds_since_heartbeat:.1f}s ago",
+            str(a.running_tasks),
+            _used_of(a, "cpus"),
+            _used_of(a, "mem"),
         ]
         if others:
-            row.append(" ".join(f"{n}:{_used_of(mine, total, n)}" for n in others if n in total))
-        row.append(fmt_resources(offered.get(a["id"])))
+            row.append(" ".join(f"{n}:{_used_of(a, n)}" for n in others if n in a.total))
+        row.append(fmt_resources(a.offered))
         table.add_row(*row)
     return _when_empty(table, len(agents), "no agents registered")
 
 
-def _agent_health(a: Mapping[str, Any]) -> Text:
-    if not a["connected"]:
-        return Text("disconnected", style="red")
-    if not a["healthy"]:
-        return Text("UNHEALTHY", style="yellow")
-    return Text("healthy", style="green")
+_HEALTH = {
+    AgentHealth.DISCONNECTED: Text("disconnected", style="red"),
+    AgentHealth.UNHEALTHY: Text("UNHEALTHY", style="yellow"),
+    AgentHealth.HEALTHY: Text("healthy", style="green"),
+}
 
 
-def _used_of(used: Amounts, total: Amounts, name: str) -> str:
-    return f"{fmt_amount(used.get(name, 0.0))}/{fmt_amount(total.get(name, 0.0))}"
+def _used_of(agent: AgentSnapshot, name: str) -> str:
+    """What the agent's tasks use of `name`, out of its total."""
+    return f"{fmt_amount(agent.used.get_amount(name))}/{fmt_amount(agent.total.get_amount(name))}"
 
 
-def _task_usage(state: State) -> dict[str, dict[str, float]]:
-    """What the running tasks on each agent use."""
-    usage: dict[str, dict[str, float]] = {}
-    for t in state["tasks"]:
-        mine = usage.setdefault(t["agent_id"], {})
-        for name, amount in t["resources"].items():
-            mine[name] = mine.get(name, 0.0) + amount
-    return usage
-
-
-def _offered_by_agent(state: State) -> dict[str, dict[str, float]]:
-    offered: dict[str, dict[str, float]] = {}
-    for o in state.get("offers", []):
-        mine = offered.setdefault(o["agent_id"], {})
-        for name, amount in o["resources"].items():
-            mine[name] = mine.get(name, 0.0) + amount
-    return offered
-
-
-def render_roles(state: State) -> Table:
+def render_roles(state: ClusterSnapshot) -> Table:
     """The role tree, one line per resource: allocation against guarantee, limit and fair shares.
 
     Roles are indented under their parent. `share` is the role's share under the
@@ -232,7 +209,7 @@ def render_roles(state: State) -> Table:
     steady fair share divides the cluster among all roles, the instantaneous one
     among the active roles (a framework in or below them wants offers).
     """
-    table = _table(f"roles (policy {state.get('policy', 'drf')})")
+    table = _table(f"roles (policy {state.policy})")
     table.add_column("role", no_wrap=True)
     table.add_column("weight", justify="right")
     table.add_column("active")
@@ -241,30 +218,28 @@ def render_roles(state: State) -> Table:
     table.add_column("resource")
     for header in ("allocated", "guarantee", "limit", "steady fair", "instant. fair"):
         table.add_column(header, justify="right")
-    roles = state.get("roles", [])
-    cluster: Amounts = state["cluster"]["total"]
-    for r in roles:
-        limit: Amounts | None = r["limit"]
+    cluster = state.cluster.total
+    for r in state.roles:
         # The cluster's resources, and any other the role is guaranteed or limited in.
-        names = _ordered([*cluster, *r["guarantee"], *(limit or {})]) or ["-"]
+        names = _ordered([*cluster, *r.guarantee, *(r.limit or {})]) or ["-"]
         columns: list[list[str]] = [[] for _ in range(6)]
         for name in names:
             columns[0].append(name)
-            columns[1].append(_cell(r["allocated"], name))
-            columns[2].append(_cell(r["guarantee"], name))
-            columns[3].append(_cell(limit, name))
-            columns[4].append(_cell(r["steady_fair_share"], name))
-            columns[5].append(_cell(r["instantaneous_fair_share"], name))
+            columns[1].append(_cell(r.allocated, name))
+            columns[2].append(_cell(r.guarantee, name))
+            columns[3].append(_cell(r.limit, name))
+            columns[4].append(_cell(r.steady_fair_share, name))
+            columns[5].append(_cell(r.instantaneous_fair_share, name))
         table.add_row(
-            _role_label(r["path"]),
-            fmt_amount(r["weight"]),
-            Text("active", style="green") if r["active"] else Text("idle", style="dim"),
-            fmt_share(r["weighted_share"]),
-            str(r.get("frameworks", 0)),
+            _role_label(r.path),
+            fmt_amount(r.weight),
+            Text("active", style="green") if r.active else Text("idle", style="dim"),
+            fmt_share(r.weighted_share),
+            str(r.frameworks),
             *("\n".join(column) for column in columns),
             end_section=True,
         )
-    return _when_empty(table, len(roles), "no roles")
+    return _when_empty(table, len(state.roles), "no roles")
 
 
 def _role_label(path: str) -> str:
@@ -284,33 +259,33 @@ def _cell(amounts: Amounts | None, name: str) -> str:
     return fmt_amount(amounts[name])
 
 
-def render_tasks(state: State) -> Table:
+def render_tasks(state: ClusterSnapshot) -> Table:
     table = _table("tasks")
     table.add_column("id", no_wrap=True)
     table.add_column("framework", no_wrap=True)
     table.add_column("agent", no_wrap=True)
     table.add_column("state")
     table.add_column("resources")
-    frameworks = {f["id"]: f["name"] for f in state["frameworks"]}
-    hosts = {a["id"]: a["hostname"] for a in state["agents"]}
-    tasks = sorted(state["tasks"], key=lambda t: (frameworks.get(t["framework_id"], ""), t["id"]))
+    frameworks = {f.id: f.name for f in state.frameworks}
+    hosts = {a.id: a.hostname for a in state.agents}
+    tasks = sorted(state.tasks, key=lambda t: (frameworks.get(t.framework_id, ""), t.id))
     for t in tasks:
         table.add_row(
-            t["id"],
-            frameworks.get(t["framework_id"], t["framework_id"]),
-            hosts.get(t["agent_id"], t["agent_id"]),
-            _task_state(t["state"]),
-            fmt_resources(t["resources"]),
+            t.id,
+            frameworks.get(t.framework_id, t.framework_id),
+            hosts.get(t.agent_id, t.agent_id),
+            _task_state(t.state),
+            fmt_resources(t.resources),
         )
     return _when_empty(table, len(tasks), "no running tasks")
 
 
-def _task_state(state: str) -> Text:
-    short = state.removeprefix("TASK_")
+def _task_state(state: TaskState) -> Text:
+    short = state.value.removeprefix("TASK_")
     return Text(short, style="green" if short == "RUNNING" else "yellow")
 
 
-def render_state(state: State) -> Group:
+def render_state(state: ClusterSnapshot) -> Group:
     """The overview: header, cluster totals, frameworks, roles and agents."""
     return Group(
         render_header(state),
@@ -330,40 +305,45 @@ def render_state(state: State) -> Group:
 
 @dataclass(frozen=True, slots=True)
 class View:
-    render: Callable[[State], RenderableType]
-    part: Callable[[State], Any]  # what `--json` prints
+    render: Callable[[ClusterSnapshot], RenderableType]
+    part: str | None  # the key of the GET /state document `--json` prints; None: all of it
     json: str  # ...described for --help
     help: str
+
+    def json_of(self, state: ClusterSnapshot) -> Any:
+        """What `--json` prints: this view's part of the GET /state document."""
+        document = state.to_json()
+        return document if self.part is None else document[self.part]
 
 
 VIEWS: dict[str, View] = {
     "state": View(
         render_state,
-        lambda s: s,
+        None,
         "GET /state",
         "overview of a master: cluster totals, frameworks, roles and agents",
     ),
     "agents": View(
         render_agents,
-        lambda s: s["agents"],
+        "agents",
         "the agents in /state",
         "the agents: health, tasks, resources used and offered",
     ),
     "frameworks": View(
         render_frameworks,
-        lambda s: s["frameworks"],
+        "frameworks",
         "the frameworks in /state",
         "the frameworks: role, weight, dominant share, tasks",
     ),
     "roles": View(
         render_roles,
-        lambda s: s.get("roles", []),
+        "roles",
         "the roles in /state",
         "the role tree: weights, guarantees, limits, allocation and fair shares",
     ),
     "tasks": View(
         render_tasks,
-        lambda s: s["tasks"],
+        "tasks",
         "the tasks in /state",
         "the running tasks: framework, agent, state, resources",
     ),

@@ -31,7 +31,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from agent import Agent
+from agent import Agent, AgentConfig
 from agent.sandbox_http import SandboxServer
 from examples.batch import BatchFramework, BatchSpec
 from master.master import MasterConfig
@@ -69,12 +69,14 @@ async def small_cluster(work_dir: Path, agents: int) -> AsyncIterator[MasterServ
             name = f"agent{i + 1}"
             sandboxes = await stack.enter_async_context(SandboxServer(work_dir / name))
             agent = Agent(
-                server.grpc_address,
-                Resources.parse(AGENT_RESOURCES),
-                work_dir / name,
-                hostname=name,
-                address=sandboxes.address,
-                kill_grace_period=1.0,
+                AgentConfig(
+                    server.grpc_address,
+                    Resources.parse(AGENT_RESOURCES),
+                    work_dir / name,
+                    hostname=name,
+                    address=sandboxes.address,
+                    kill_grace_period=1.0,
+                )
             )
             await stack.enter_async_context(agent)
             await asyncio.wait_for(agent.wait_registered(), 30)

@@ -37,8 +37,11 @@ import asyncio
 import contextlib
 import json
 import random
+import re
+import time
 from collections import Counter
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +55,9 @@ from tests.cluster import AgentProcess, MasterProcess, spawn_agent_process
 AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"
 AGENTS = 3
 TASK = Resources(cpus=0.5, mem=64)
-AGENT_TIMEOUT = 3.0
-# Longer than an agent's longest reconnect backoff (10 s, agent.DEFAULT_RECONNECT_BACKOFF):
+AGENT_TIMEOUT = 5.0
+HEARTBEAT_INTERVAL = 1.0  # the master's default
+# Longer than an agent's longest reconnect backoff (10 s, agent/config.py):
 # an agent that retries only every 10 s needs more than 10 s to come back. With 5 s,
 # the first 50 runs lost tasks of agents that were up but between two retries.
 REREGISTER_TIMEOUT = 12.0
@@ -205,8 +209,8 @@ class Chaos:
         self.ledgers: dict[str, Ledger] = {}
         self.generations = Counter[str]()
         self.gone: list[SteadyFramework] = []  # crashed for good (failover timeout 0)
-        # Agent ids kept down long enough that the master may remove them.
-        self.long_outages: set[str] = set()
+        # Per agent: (its id, when it was killed), to measure how long each was silent.
+        self.kills: list[tuple[int, str, float]] = []
 
     # Components ------------------------------------------------------------
 
@@ -218,6 +222,7 @@ class Chaos:
     async def kill_agent(self, i: int) -> None:
         agent = self.agents[i]
         assert agent is not None
+        self.kills.append((i, load_agent_id(self.work_dir / f"agent{i}") or "", time.time()))
         agent.kill()
         await agent.process.wait()
         self.retired.append(agent)
@@ -297,8 +302,6 @@ class Chaos:
             await self.kill_agent(i)
             # Sometimes back quickly, sometimes after the master gave up on it.
             down = self.rng.choice([0.2, 1.0, AGENT_TIMEOUT + 2.0])
-            if down > AGENT_TIMEOUT:
-                self.long_outages.add(load_agent_id(self.work_dir / f"agent{i}") or "")
             await asyncio.sleep(down)
             await self.start_agent(i)
         else:
@@ -340,12 +343,13 @@ class Chaos:
                 for task_id in ledger.unresolved():
                     report.silently_lost += 1
                     report.violations.append(f"{name}: task {task_id} never reached an end it saw")
+            long_outages = self.long_outages()
             for status in ledger.shown:
                 removed = "was removed" in status.message or "did not re-register" in status.message
                 if (
                     status.state is TaskState.LOST
                     and removed
-                    and status.agent_id not in self.long_outages
+                    and status.agent_id not in long_outages
                 ):
                     report.lost_with_agent_up += 1
                     report.violations.append(
@@ -396,6 +400,24 @@ class Chaos:
         report.invariant_violations = len(invariants)
         report.violations.extend(invariants)
 
+    def long_outages(self) -> set[str]:
+        """Agent ids silent long enough that the master may have removed them.
+
+        Silence runs from the kill to the next `registered` in the agent's log
+        (the restarted process can take seconds to start on a loaded machine);
+        the master removes an agent whose last heartbeat (up to one interval
+        before the kill) is older than the agent timeout.
+        """
+        long = set()
+        for i, agent_id, killed in self.kills:
+            back = [
+                t for t in _registrations(self.work_dir / f"agent{i}" / "agent.log") if t > killed
+            ]
+            silence = (min(back) if back else float("inf")) - killed
+            if silence + HEARTBEAT_INTERVAL >= AGENT_TIMEOUT:
+                long.add(agent_id)
+        return long
+
     async def judge_orphans(self) -> None:
         """Every task process has ended; a gone framework's are counted apart."""
         gone_ids = {fw.framework_id for fw in self.gone if fw.framework_id}
@@ -424,6 +446,20 @@ class Chaos:
             if agent is not None:
                 await agent.cleanup()
         await self.master.stop()
+
+
+_REGISTERED = re.compile(r"^(\S+Z) \[\w+\s*\] registered\s")
+
+
+def _registrations(log: Path) -> list[float]:
+    """When the agent logged `registered` (wall clock), from its console-format log."""
+    times = []
+    with contextlib.suppress(OSError):
+        for line in log.read_text(errors="replace").splitlines():
+            if match := _REGISTERED.match(line):
+                stamp = datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
+                times.append(stamp.timestamp())
+    return times
 
 
 def _task_alive(checkpoint: Path) -> bool:

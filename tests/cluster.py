@@ -22,7 +22,7 @@ from typing import Any
 
 import aiohttp
 
-from agent import Agent, Backoff
+from agent import Agent, AgentConfig, Backoff
 from agent._procs import is_alive
 from agent.sandbox_http import SandboxServer
 from master.master import MasterConfig
@@ -120,14 +120,16 @@ class LocalCluster:
         await sandboxes.start()
         self.sandbox_servers.append(sandboxes)
         agent = Agent(
-            self.address,
-            Resources.parse(resources),
-            self.work_dir / name,
-            hostname=name,
-            address=sandboxes.address,
-            kill_grace_period=1.0,
-            reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
-            status_retry=Backoff(initial=0.2, maximum=1.0),
+            AgentConfig(
+                self.address,
+                Resources.parse(resources),
+                self.work_dir / name,
+                hostname=name,
+                address=sandboxes.address,
+                kill_grace_period=1.0,
+                reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
+                status_retry=Backoff(initial=0.2, maximum=1.0),
+            )
         )
         self.agents.append(agent)
         await agent.__aenter__()

@@ -14,7 +14,7 @@ from typing import Any
 import grpc
 import pytest
 
-from agent import Agent, AgentRegistrationError, Backoff
+from agent import Agent, AgentConfig, AgentRegistrationError, Backoff
 from mesolite import convert
 from mesolite.grpc_utils import bind, create_server
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
@@ -201,7 +201,7 @@ def make_agent(master: FakeMaster, work_dir: Path, **overrides: Any) -> Agent:
         stop_timeout=2.0,
     )
     options.update(overrides)
-    return Agent(master.address, TOTAL, work_dir, **options)
+    return Agent(AgentConfig(master.address, TOTAL, work_dir, **options))
 
 
 @pytest.fixture

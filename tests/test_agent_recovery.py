@@ -20,7 +20,7 @@ from agent import _task_wrapper
 from agent._checkpoint import AGENT_FILE
 from agent._journal import JOURNAL_FILE, PendingUpdate, UpdateJournal
 from agent._procs import process_start_time
-from agent.tasks import TaskRunner, TaskTransition
+from agent.tasks import WRAPPER_FILE, TaskRunner, TaskTransition
 from mesolite import convert
 from mesolite.model import RunningTask, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
@@ -227,15 +227,38 @@ async def test_how_a_task_ended_while_the_agent_was_down(
     assert recorder.states("t1") == [state]
 
 
-async def test_task_caught_starting_fails(
+async def test_task_whose_wrapper_never_started_is_lost(
     runner: TaskRunner, recorder: Recorder, tmp_path: Path
 ) -> None:
+    """The agent died before starting the wrapper: the command never ran. Not
+    FAILED (nothing failed), but LOST (Mesos: DROPPED, LOST for frameworks that
+    are not partition-aware): the framework may launch it again."""
     lay_out(tmp_path, "t1", pid=None, state="TASK_STARTING")
     await runner.recover({})
     final = await recorder.wait_final("t1")
-    assert final.state is TaskState.FAILED
-    assert final.message == "the agent stopped while the task was starting"
+    assert final.state is TaskState.LOST
+    assert final.message == "the agent stopped before the task could start"
     assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.STARTING)]
+
+
+async def test_a_wrapper_that_has_not_recorded_its_pid_yet_is_found(
+    runner: TaskRunner, recorder: Recorder, live_task: StartWrapper, tmp_path: Path
+) -> None:
+    """The agent died after starting the wrapper and before anyone recorded its pid
+    (the wrapper, slow to start on a loaded machine, had not written wrapper.json
+    yet): the restarted agent finds the wrapper by its command line, not LOST."""
+    sandbox = await live_task("t1", "sleep 30")
+    pid = checkpoint(sandbox)["pid"]
+    (sandbox / WRAPPER_FILE).unlink()
+    lay_out(tmp_path, "t1", pid=None, state="TASK_STARTING")
+    await runner.recover({})
+    await recorder.wait_state("t1", TaskState.RUNNING)
+    assert runner.running_tasks() == [RunningTask(FW, spec("t1"), TaskState.RUNNING)]
+    assert checkpoint(sandbox)["pid"] == pid
+    runner.kill(FW, "t1")
+    final = await recorder.wait_final("t1")
+    assert final.state is TaskState.KILLED
+    assert process_start_time(pid) is None
 
 
 async def test_an_end_already_journaled_is_not_reported_again(

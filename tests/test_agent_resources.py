@@ -14,6 +14,7 @@ GB = 1024**3
 def test_public_names_are_pinned() -> None:
     assert sorted(agent.__all__) == [
         "Agent",
+        "AgentConfig",
         "AgentError",
         "AgentRegistrationError",
         "Backoff",

@@ -16,6 +16,7 @@ import pytest
 
 from agent import _task_wrapper
 from agent._procs import process_start_time
+from mesolite.files import write_json_atomically
 from tests.waiting import wait_for_condition, within
 
 WRAPPER = str(Path(_task_wrapper.__file__).absolute())
@@ -164,7 +165,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_json_is_replaced_whole(tmp_path: Path) -> None:
     target = tmp_path / "state.json"
-    _task_wrapper.write_json_atomically(target, {"a": 1})
-    _task_wrapper.write_json_atomically(target, {"a": 2})
+    write_json_atomically(target, {"a": 1})
+    write_json_atomically(target, {"a": 2})
     assert json.loads(target.read_text()) == {"a": 2}
     assert [p.name for p in tmp_path.iterdir()] == ["state.json"]

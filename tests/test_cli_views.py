@@ -12,12 +12,13 @@ import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 from rich.console import Console, RenderableType
 
 from framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.resources import EMPTY
+from mesolite.snapshot import ClusterSnapshot, FrameworkSnapshot, TaskSnapshot
 from mesolite.views import (
     VIEWS,
     fmt_duration,
@@ -29,6 +30,7 @@ from mesolite.views import (
 )
 from tests.cluster import LocalCluster, fast, free_port
 from tests.recording import RecordingFramework, running
+from tests.snapshots import agent, empty_snapshot
 from tests.waiting import within
 
 ROLES = """
@@ -57,7 +59,7 @@ def lines_with(output: str, needle: str) -> list[str]:
 @dataclass
 class Scene:
     cluster: LocalCluster
-    state: dict[str, Any]
+    state: ClusterSnapshot
     agent_ids: list[str]
     framework_id: str
 
@@ -78,7 +80,8 @@ async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
             await fw.wait_state("train-1", TaskState.RUNNING)
             agent_ids = [a.agent_id for a in (first, second) if a.agent_id is not None]
             assert fw.framework_id is not None and len(agent_ids) == 2
-            yield Scene(cluster, await cluster.state(), agent_ids, fw.framework_id)
+            state = ClusterSnapshot.from_json(await cluster.state())
+            yield Scene(cluster, state, agent_ids, fw.framework_id)
 
 
 # Rendering from a real state ----------------------------------------------------
@@ -86,14 +89,14 @@ async def scene(tmp_path: Path) -> AsyncIterator[Scene]:
 
 async def test_views_render_a_real_clusters_state(scene: Scene) -> None:
     state = scene.state
-    task = state["tasks"][0]
-    host = next(a["hostname"] for a in state["agents"] if a["id"] == task["agent_id"])
+    [task] = state.tasks
+    host = next(a.hostname for a in state.agents if a.id == task.agent_id)
 
     agents = text(render_agents(state))
     for agent_id, hostname in zip(scene.agent_ids, ("alpha", "beta"), strict=True):
         [line] = lines_with(agents, agent_id)
         assert hostname in line and "healthy" in line
-    [busy] = lines_with(agents, task["agent_id"])
+    [busy] = lines_with(agents, task.agent_id)
     assert "1/2" in busy and "512/2048" in busy  # cpus and mem used/total
 
     frameworks = text(render_frameworks(state))
@@ -115,7 +118,7 @@ async def test_views_render_a_real_clusters_state(scene: Scene) -> None:
     assert gpus.split()[1:4] == ["-", "-", "0"]  # allocated -, guarantee -, limit 0 (none)
 
     overview = text(render_state(state))
-    for part in (f"master {state['master_id']}", "cluster", "frameworks", "roles", "agents"):
+    for part in (f"master {state.master_id}", "cluster", "frameworks", "roles", "agents"):
         assert part in overview
     assert "2 agents, 1 frameworks, 1 tasks" in overview
     assert all(agent_id in overview for agent_id in scene.agent_ids)
@@ -124,66 +127,37 @@ async def test_views_render_a_real_clusters_state(scene: Scene) -> None:
 
 
 def test_views_of_an_empty_and_a_troubled_cluster() -> None:
-    empty: dict[str, Any] = {
-        "master_id": "m1",
-        "policy": "drf",
-        "started_at": 100.0,
-        "time": 3825.0,
-        "cluster": {
-            "total": {},
-            "allocated": {},
-            "free": {},
-            "agents": 0,
-            "frameworks": 0,
-            "running_tasks": 0,
-            "outstanding_offers": 0,
-        },
-        "frameworks": [],
-        "roles": [],
-        "agents": [],
-        "offers": [],
-        "tasks": [],
-    }
+    empty = empty_snapshot()
     overview = text(render_state(empty))
     assert "up 1h 2m" in overview
     assert "no agents registered" in overview and "no frameworks registered" in overview
     assert "no running tasks" in text(render_tasks(empty))
 
-    agent = {
-        "total": {"cpus": 1.0},
-        "allocated": {},
-        "seconds_since_heartbeat": 12.0,
-        "running_tasks": 0,
-    }
-    troubled = {
-        **empty,
-        "agents": [
-            {**agent, "id": "a-gone", "hostname": "h1", "connected": False, "healthy": False},
-            {**agent, "id": "a-late", "hostname": "h2", "connected": True, "healthy": False},
-        ],
-        "frameworks": [
-            {
-                "id": "f-away",
-                "name": "away",
-                "role": "*",
-                "weight": 1.0,
-                "connected": False,
-                "dominant_share": 0.0,
-                "running_tasks": 0,
-                "used": {},
-            }
-        ],
-        # A task whose framework and agent the state does not list: shown by id.
-        "tasks": [
-            {
-                "id": "t1",
-                "framework_id": "f-x",
-                "agent_id": "a-x",
-                "state": "TASK_STAGING",
-                "resources": {"cpus": 0.5},
-            }
-        ],
-    }
+    away = FrameworkSnapshot(
+        id="f-away",
+        name="away",
+        role="*",
+        weight=1.0,
+        connected=False,
+        suppressed=False,
+        removing=False,
+        failover_timeout=60.0,
+        allocated=EMPTY,
+        used=EMPTY,
+        offered=EMPTY,
+        dominant_share=0.0,
+        weighted_dominant_share=0.0,
+        running_tasks=0,
+        completed_tasks=0,
+        registered_at=0.0,
+    )
+    # A task whose framework and agent the state does not list: shown by id.
+    orphan = TaskSnapshot("t1", "", "f-x", "a-x", TaskState.STAGING, Resources(cpus=0.5))
+    troubled = empty_snapshot(
+        agents=(agent("a-gone", connected=False, healthy=False), agent("a-late", healthy=False)),
+        frameworks=(away,),
+        tasks=(orphan,),
+    )
     agents = text(render_agents(troubled))
     assert "disconnected" in lines_with(agents, "a-gone")[0]
     assert "UNHEALTHY" in lines_with(agents, "a-late")[0]
@@ -254,7 +228,7 @@ async def test_commands_against_a_running_master(scene: Scene) -> None:
     assert "\x1b[" not in overview  # no colour codes when piped
 
     state = json.loads(raw["state"][1])
-    assert state["master_id"] == scene.state["master_id"]
+    assert state["master_id"] == scene.state.master_id
     assert {a["id"] for a in json.loads(raw["agents"][1])} == set(scene.agent_ids)
     assert [f["id"] for f in json.loads(raw["frameworks"][1])] == [scene.framework_id]
     assert {r["path"] for r in json.loads(raw["roles"][1])} >= {"*", "eng", "eng/ml", "ops"}

@@ -17,19 +17,21 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
 from mesolite._demo_scenario import AGENT_RESOURCES, JOBS, phases
 from mesolite._demo_table import NOTHING, Measured, Sample, measure, settled
-from mesolite.resources import Resources
+from mesolite.resources import EMPTY, Resources
+from mesolite.snapshot import ClusterTotals, FrameworkSnapshot
+from tests.snapshots import empty_snapshot
 from tests.waiting import within
 
 CLUSTER = AGENT_RESOURCES + AGENT_RESOURCES + AGENT_RESOURCES
 
 
+@pytest.mark.unit
 def test_each_phase_has_drfs_split_in_whole_tasks_that_fit_the_agents() -> None:
     split = [
         {
@@ -60,6 +62,7 @@ def test_each_phase_has_drfs_split_in_whole_tasks_that_fit_the_agents() -> None:
         assert all(AGENT_RESOURCES.contains(held) for held in agents), (phase.number, agents)
 
 
+@pytest.mark.unit
 def test_phases_scale_with_the_duration_and_say_what_happens() -> None:
     assert [(p.start, p.end, p.event) for p in phases(30, CLUSTER)] == [
         (0.0, 10.0, "cpu-heavy and memory-heavy start"),
@@ -68,26 +71,39 @@ def test_phases_scale_with_the_duration_and_say_what_happens() -> None:
     ]
 
 
+@pytest.mark.unit
 def test_shares_are_measured_from_what_the_tasks_hold() -> None:
-    state: dict[str, Any] = {
-        "cluster": {"total": {"cpus": 30.0, "mem": 92160.0}},
-        "frameworks": [
-            {
-                "name": "memory-heavy",
-                "used": {"cpus": 10.0, "mem": 61440.0},
-                "allocated": {"cpus": 12.0, "mem": 61440.0},
-                "running_tasks": 10,
-            },
-        ],
-    }
-    measured = measure(state, ["memory-heavy", "balanced"])
+    memory_heavy = FrameworkSnapshot(
+        id="F1",
+        name="memory-heavy",
+        role="*",
+        weight=1.0,
+        connected=True,
+        suppressed=False,
+        removing=False,
+        failover_timeout=0.0,
+        allocated=Resources(cpus=12, mem=61440),
+        used=Resources(cpus=10, mem=61440),
+        offered=Resources(cpus=2),
+        dominant_share=2 / 3,
+        weighted_dominant_share=2 / 3,
+        running_tasks=10,
+        completed_tasks=0,
+        registered_at=0.0,
+        used_dominant_share=2 / 3,
+    )
+    total = Resources(cpus=30, mem=92160)
+    snapshot = empty_snapshot(
+        cluster=ClusterTotals(total, total, EMPTY, 3, 1, 10, 1), frameworks=(memory_heavy,)
+    )
+    measured = measure(snapshot, ["memory-heavy", "balanced"])
     assert measured["balanced"] == NOTHING  # not registered (yet, or any more)
     m = measured["memory-heavy"]
     assert (m.tasks, round(m.cpu_share, 3), round(m.mem_share, 3)) == (10, 0.333, 0.667)
     assert round(m.dominant_share, 3) == 0.667  # memory: its dominant resource
-    assert round(m.allocated_share, 3) == 0.667
 
 
+@pytest.mark.unit
 def test_a_phase_is_judged_on_its_second_half() -> None:
     first = phases(30, CLUSTER)[0]  # 0-10 s
     samples = [
@@ -205,6 +221,7 @@ def check_quiet_and_logged(output: str, err: str, work_dir: Path) -> None:
     )
 
 
+@pytest.mark.slow
 async def test_the_demo_shows_shares_moving_to_each_drf_split(tmp_path: Path) -> None:
     """A 30 s run: three 10 s phases, tasks of 1.3-2.7 s."""
     async with demo(tmp_path / "demo", "--duration", "30", "--task-seconds", "2") as run:
@@ -262,11 +279,11 @@ async def test_the_demo_shows_shares_moving_to_each_drf_split(tmp_path: Path) ->
 async def test_ctrl_c_stops_the_jobs_agents_and_tasks_cleanly(tmp_path: Path) -> None:
     async with demo(tmp_path / "demo", "--duration", "600") as run:
 
-        async def all_cpus_busy() -> bool:
+        async def cpus_busy() -> bool:
             _, _, text = await get(run.url + "state")
-            return bool(json.loads(text)["cluster"]["running_tasks"] == 30)
+            return bool(json.loads(text)["cluster"]["running_tasks"] >= 20)
 
-        await eventually(all_cpus_busy, 60, "30 tasks, one per CPU")
+        await eventually(cpus_busy, 60, "20 tasks or more running")
         assert processes_under(run.work_dir), "the tasks should be running"
         run.process.send_signal(signal.SIGINT)
         output, err = await run.finish(timeout=60)

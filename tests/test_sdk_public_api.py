@@ -8,8 +8,8 @@ from pathlib import Path
 
 import framework_sdk
 from framework_sdk import Framework, new_task_id
-from framework_sdk._backoff import Backoff
 from framework_sdk._ids import RecentIds
+from mesolite.backoff import Backoff
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
@@ -18,6 +18,7 @@ def test_the_public_names_are_pinned() -> None:
     assert framework_sdk.__all__ == [
         "Framework",
         "FrameworkRejected",
+        "InvalidCall",
         "MesoliteError",
         "NotConnected",
         "Offer",
@@ -89,13 +90,12 @@ def test_task_ids_are_unique_and_prefixed() -> None:
 
 
 def test_backoff_doubles_with_jitter_up_to_the_cap() -> None:
-    low, high = Backoff(1.0, 8.0, rand=lambda: 0.0), Backoff(1.0, 8.0, rand=lambda: 1.0)
-    assert [low.next_delay() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
-    assert [high.next_delay() for _ in range(6)] == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
-    high.reset()
-    assert high.next_delay() == 1.0
-    delays = [high.next_delay() for _ in range(2000)]  # no overflow, however long
-    assert delays[-1] == 8.0
+    backoff = Backoff(1.0, 8.0)
+    low = [backoff.delay(n, lambda: 1.0) for n in range(6)]
+    high = [backoff.delay(n, lambda: 0.0) for n in range(6)]
+    assert low == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
+    assert high == [1.0, 2.0, 4.0, 8.0, 8.0, 8.0]
+    assert backoff.delay(2000, lambda: 0.0) == 8.0  # no overflow, however long
 
 
 def test_recent_ids_forget_the_oldest() -> None:

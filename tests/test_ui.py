@@ -20,19 +20,15 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
-from agent.sandbox_http import (
-    DEFAULT_LENGTH,
-    OFFSET_HEADER,
-    SIZE_HEADER,
-    SandboxServer,
-    create_sandbox_app,
-)
+from agent.sandbox_http import SandboxServer, create_sandbox_app
 from framework_sdk import Resources, TaskSpec, TaskState
-from master.master import Master, MasterConfig
+from master.master import MasterConfig
 from master.server import MasterServer
 from master.ui_routes import StateBroadcaster, broadcaster
+from mesolite.sandbox_protocol import DEFAULT_LENGTH, OFFSET_HEADER, SIZE_HEADER
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
+from tests.snapshots import empty_snapshot
 from tests.waiting import wait_for_condition, within
 
 
@@ -167,10 +163,7 @@ async def _events_app(hub: StateBroadcaster) -> AsyncIterator[TestClient[Any, An
 async def test_events_of_an_ever_changing_state_come_once_per_interval() -> None:
     calls = itertools.count()
     hub = StateBroadcaster(
-        Master(MasterConfig()),
-        lambda master: {"agents": [], "time": 0, "n": next(calls)},
-        interval=0.2,
-        max_clients=1,
+        lambda: empty_snapshot(master_id=f"m{next(calls)}"), interval=0.2, max_clients=1
     )
     async with _events_app(hub) as client:
         response = await client.get("/events")
@@ -186,9 +179,9 @@ async def test_events_of_an_ever_changing_state_come_once_per_interval() -> None
 
 
 async def test_an_unchanging_state_is_sent_once_then_heartbeats() -> None:
-    hub = StateBroadcaster(
-        Master(MasterConfig()), lambda master: {"agents": [], "time": 0}, heartbeat=0.3
-    )
+    clock = itertools.count()
+    # Only the clock changes: no new event.
+    hub = StateBroadcaster(lambda: empty_snapshot(time=float(next(clock))), heartbeat=0.3)
     async with _events_app(hub) as client:
         response = await client.get("/events")
         lines: list[bytes] = []

@@ -1,4 +1,5 @@
-"""Jittered exponential backoff, shared by reconnection and status update retries."""
+"""Jittered exponential backoff: the one used by agents (reconnection, status update
+retries) and frameworks (reconnection)."""
 
 from __future__ import annotations
 

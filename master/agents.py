@@ -1,0 +1,271 @@
+"""Agents: registration, re-registration, health and removal.
+
+A new agent registers without an id and is given one; an agent the master
+knows re-registers with the tasks it runs. `Registered` is always the first
+message on an agent's stream; kills the master owes the agent for the tasks it
+reported follow it. An agent that stops heartbeating for longer than the agent
+timeout is removed: its tasks are reported lost and it is refused if it
+comes back (it then kills its tasks and registers anew).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from master import messages as msg
+from master import validation
+from master.core import MasterCore, checked, log, with_agent
+from master.effects import Peer
+from master.errors import Refusal, RegistrationRefused
+from master.registry import FrameworkEntry
+from master.state import AgentRecord, FrameworkRecord, TaskRecord
+from mesolite.model import (
+    DEFAULT_ROLE,
+    FrameworkInfo,
+    RunningTask,
+    TaskState,
+)
+from mesolite.resources import Resources
+
+
+class AgentHandling(MasterCore):
+    @checked
+    def register_agent(
+        self,
+        agent_id: str,
+        hostname: str,
+        address: str,
+        total: Resources,
+        attributes: dict[str, str],
+        running: Sequence[RunningTask],
+        outbox: Peer[msg.AgentMessage],
+    ) -> str:
+        if problem := validation.agent_registration_problem(agent_id, total, running):
+            raise RegistrationRefused(Refusal.INVALID, problem)
+        if agent_id in self.removed_agents:
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"agent {agent_id} was removed from the cluster; register as a new agent",
+            )
+        if agent_id and agent_id not in self.agents and agent_id not in self.recovering_agents:
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"agent {agent_id} is not known to this master; register as a new agent",
+            )
+        now = self._clock()
+        kills: list[msg.KillTask] = []  # sent after `Registered` (rule 3)
+        if agent_id in self.agents:
+            kills = self._reregister_known(self.agents[agent_id], address, running, outbox, now)
+        elif agent_id in self.recovering_agents:
+            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
+            kills = self._reregister_recovered(self.agents[agent_id], running)
+        else:
+            agent_id = self._new_id("S")
+            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
+            log.info("agent registered", agent_id=agent_id, hostname=hostname, resources=str(total))
+        outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
+        for kill in kills:
+            outbox.send(kill)
+        self.request_allocation()
+        return agent_id
+
+    def _reregister_known(
+        self,
+        agent: AgentRecord,
+        address: str,
+        running: Sequence[RunningTask],
+        outbox: Peer[msg.AgentMessage],
+        now: float,
+    ) -> list[msg.KillTask]:
+        """An agent this master already has connects again; returns the kills it owes."""
+        if agent.outbox is not None:
+            agent.outbox.close("the agent connected again")
+        agent.outbox = outbox
+        agent.address = address
+        agent.last_seen = now
+        reported = {(rt.framework_id, rt.task.task_id) for rt in running}
+        for key, task in list(agent.tasks.items()):
+            if key not in reported:
+                self._terminate(task, TaskState.LOST, "the agent does not know this task")
+        for rt in running:
+            if (rt.framework_id, rt.task.task_id) in agent.tasks:
+                continue
+            framework = self.frameworks.get(rt.framework_id)
+            if framework is not None and self._completed_task(framework, rt.task.task_id):
+                continue  # its end was applied; the agent still awaits the acknowledgement
+            self._adopt_task(agent, rt)
+        self.allocator.activate_agent(agent.agent_id)
+        kills = self._kills_owed(agent)
+        log.info(
+            "agent re-registered", agent_id=agent.agent_id, tasks=len(running), kills=len(kills)
+        )
+        return kills
+
+    def _kills_owed(self, agent: AgentRecord) -> list[msg.KillTask]:
+        """Kills for the agent's tasks whose framework is being removed (rules 4 and 5)."""
+        kills = []
+        for (framework_id, task_id), task in agent.tasks.items():
+            framework = self.frameworks[task.framework_id]
+            if framework.removing:
+                kills.append(msg.KillTask(framework_id, task_id))
+                log.info(
+                    "killing task of removed framework",
+                    framework_id=framework_id,
+                    task_id=task_id,
+                    agent_id=agent.agent_id,
+                )
+        return kills
+
+    def _add_agent(
+        self,
+        agent_id: str,
+        hostname: str,
+        address: str,
+        total: Resources,
+        attributes: dict[str, str],
+        outbox: Peer[msg.AgentMessage],
+        now: float,
+    ) -> None:
+        self.registry.admit_agent(agent_id, hostname, total, self._wall_clock())
+        self.agents[agent_id] = AgentRecord(
+            agent_id,
+            hostname,
+            address,
+            total,
+            attributes,
+            outbox,
+            last_seen=now,
+            registered_at=self._wall_clock(),
+        )
+        self.allocator.add_agent(agent_id, total)
+        self._cluster_changed()
+
+    def _reregister_recovered(
+        self, agent: AgentRecord, running: Sequence[RunningTask]
+    ) -> list[msg.KillTask]:
+        """An agent the registry knows comes back after a master restart (rule 2)."""
+        expected = self.recovering_agents.pop(agent.agent_id)
+        if not self.recovering_agents and self._recovery_timer is not None:
+            self._recovery_timer.cancel()
+        for rt in running:
+            self._adopt_task(agent, rt)
+        reported = {(rt.framework_id, rt.task.task_id) for rt in running}
+        lost = [e for e in expected if (e.framework_id, e.task.task_id) not in reported]
+        for entry in lost:
+            self.registry.remove_task(entry.framework_id, entry.task.task_id)
+            self._notify(
+                entry.framework_id,
+                self._master_status(
+                    entry.task.task_id,
+                    entry.framework_id,
+                    agent.agent_id,
+                    TaskState.LOST,
+                    "the agent no longer runs this task",
+                ),
+            )
+        kills = self._kills_owed(agent)
+        log.info(
+            "agent re-registered after master restart",
+            agent_id=agent.agent_id,
+            tasks=len(running),
+            lost=len(lost),
+            kills=len(kills),
+        )
+        # Removing frameworks waiting only for this agent's lost tasks are done.
+        for entry in lost:
+            framework = self.frameworks.get(entry.framework_id)
+            if framework is not None:
+                self._forget_if_done(framework)
+        return kills
+
+    def _adopt_task(self, agent: AgentRecord, rt: RunningTask) -> None:
+        """Take in a task an agent reports that this master does not know yet.
+
+        A task of a framework this master does not know (rule 4) is adopted
+        under a stand-in removing framework, so its resources stay counted
+        until the kill that follows `Registered` has ended it.
+        """
+        framework = self.frameworks.get(rt.framework_id)
+        if framework is None:
+            framework = self._stand_in(rt.framework_id)
+            log.warning(
+                "task of a framework this master does not know; it will be killed",
+                agent_id=agent.agent_id,
+                framework_id=rt.framework_id,
+                task_id=rt.task.task_id,
+            )
+        spec = with_agent(rt.task, agent.agent_id)
+        # A task that ended while the master was away is reported with its end
+        # state; to the master it runs until that (unacknowledged) update arrives.
+        state = TaskState.RUNNING if rt.state.is_terminal else rt.state
+        task = TaskRecord(spec, rt.framework_id, agent.agent_id, state)
+        framework.tasks[spec.task_id] = task
+        agent.tasks[(rt.framework_id, spec.task_id)] = task
+        self.allocator.grant(rt.framework_id, agent.agent_id, spec.resources)
+        self.registry.add_tasks(rt.framework_id, agent.agent_id, [spec])
+        log.info(
+            "task adopted from agent",
+            agent_id=agent.agent_id,
+            framework_id=rt.framework_id,
+            task_id=spec.task_id,
+            state=rt.state.value,
+        )
+
+    def _stand_in(self, framework_id: str) -> FrameworkRecord:
+        """A removing framework for tasks whose framework is gone, in the default role."""
+        info = FrameworkInfo("(gone)", DEFAULT_ROLE, 0.0, framework_id)
+        framework = FrameworkRecord(
+            framework_id, info, outbox=None, registered_at=self._wall_clock(), removing=True
+        )
+        self.registry.add_framework(
+            FrameworkEntry(
+                framework_id, info.name, DEFAULT_ROLE, 0.0, framework.registered_at, removing=True
+            )
+        )
+        self.frameworks[framework_id] = framework
+        self.allocator.add_framework(framework_id, DEFAULT_ROLE, connected=False)
+        return framework
+
+    def agent_heartbeat(self, agent_id: str) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is not None:
+            agent.last_seen = self._clock()
+
+    @checked
+    def disconnect_agent(self, agent_id: str, outbox: Peer[Any]) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is None or agent.outbox is not outbox:
+            return
+        agent.outbox = None
+        self.allocator.deactivate_agent(agent_id)
+        self._rescind_agent_offers(agent_id)
+        log.info("agent disconnected", agent_id=agent_id)
+
+    @checked
+    def check_agent_health(self) -> list[str]:
+        """Remove agents silent for longer than the agent timeout; returns their ids."""
+        deadline = self._clock() - self.config.agent_timeout
+        silent = [a for a in self.agents.values() if a.last_seen < deadline]
+        for agent in silent:
+            self.remove_agent(agent.agent_id, "the agent stopped sending heartbeats")
+        return [a.agent_id for a in silent]
+
+    @checked
+    def remove_agent(self, agent_id: str, reason: str) -> None:
+        agent = self.agents[agent_id]
+        self._rescind_agent_offers(agent_id)
+        for task in list(agent.tasks.values()):
+            self._terminate(task, TaskState.LOST, f"agent {agent_id} was removed: {reason}")
+        self.allocator.remove_agent(agent_id)
+        self._cluster_changed()
+        del self.agents[agent_id]
+        self.removed_agents.add(agent_id)
+        self.registry.remove_agent(agent_id, self._wall_clock())
+        if agent.outbox is not None:
+            agent.outbox.close(reason)
+        for framework in self.frameworks.values():
+            if framework.outbox is not None:
+                framework.outbox.send(msg.AgentFailure(agent_id))
+        log.warning("agent removed", agent_id=agent_id, reason=reason)
+        self.request_allocation()

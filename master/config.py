@@ -1,0 +1,26 @@
+"""The master's settings: one object, whose defaults the CLI reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class MasterConfig:
+    allocation_interval: float = 1.0
+    offer_timeout: float = 30.0
+    agent_heartbeat_interval: float = 1.0
+    agent_timeout: float = 10.0
+    framework_heartbeat_interval: float = 5.0
+    # After a restart, agents the registry lists have this long to come back
+    # before they are marked removed and their tasks reported lost.
+    agent_reregister_timeout: float = 60.0
+    completed_tasks_kept: int = 1000
+    weights: dict[str, float] = field(default_factory=dict)
+    # Check the bookkeeping after every step (tests): see master/invariants.py.
+    check_invariants: bool = False
+    roles_file: Path | None = None
+    work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
+    policy: str = "drf"
+    seed: int = 0

@@ -1,0 +1,218 @@
+"""The master's core: its state, its effects, and what every concern shares.
+
+The master is a plain state machine. `MasterCore` holds the state (records of
+agents, frameworks, tasks and offers in `master/state.py`, the allocator, the
+registry) and the effects it was given (`master/effects.py`: timers, clocks,
+the registry, and each peer's outbox). The concerns that change the state are
+mixins over it, one module each, read top to bottom:
+
+    master/frameworks.py      subscribe, fail over, tear down
+    master/offers.py          allocate, accept, decline, rescind
+    master/agents.py          register, re-register, health, removal
+    master/status_updates.py  updates, kills, acknowledgements, reconciliation
+    master/recovery.py        rebuilding after a restart (and its rules)
+    master/role_settings.py   roles file, weights, fair shares
+
+and `master/master.py` composes them into `Master`. Every public method is
+synchronous, so each call is atomic on the event loop; it validates first
+(`master/validation.py`), raising `CallRejected` or `RegistrationRefused`
+before it changes anything, then applies the change and queues messages on
+the peers' outboxes. What one concern asks of another is declared here as an
+abstract method, so each module says what it needs.
+
+Which framework gets which resources is the allocator's decision (pure,
+`master/allocator.py`); the core tells it what happened and turns its
+decisions into offers.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import functools
+import itertools
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import structlog
+
+from master import invariants
+from master import messages as msg
+from master.allocator import Allocator
+from master.config import MasterConfig
+from master.effects import Cancellable, Clock, RegistryStore, Timers
+from master.errors import CallRejected
+from master.metrics import MasterMetrics
+from master.policies import make_policy
+from master.registry import Registry, TaskEntry
+from master.roles import RolesConfig, load_roles
+from master.state import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
+from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
+from mesolite.resources import Resources
+
+log = structlog.get_logger("master")
+
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+
+def checked(method: _Method) -> _Method:
+    """After the method returns, verify the invariants if the master is in test mode."""
+
+    @functools.wraps(method)
+    def wrapper(self: MasterCore, *args: Any, **kwargs: Any) -> Any:
+        result = method(self, *args, **kwargs)
+        if self.config.check_invariants:
+            self.verify(method.__name__)
+        return result
+
+    return wrapper  # type: ignore[return-value]
+
+
+class MasterCore(abc.ABC):
+    def __init__(
+        self,
+        config: MasterConfig,
+        *,
+        timers: Timers,
+        clock: Clock = time.monotonic,
+        wall_clock: Clock = time.time,
+        registry: RegistryStore | None = None,
+    ) -> None:
+        """`clock` is the monotonic clock `timers` count in; `wall_clock` stamps updates.
+
+        Without `registry`, the SQLite registry in `config.work_dir` (in memory
+        when that is None).
+        """
+        self.config = config
+        self.master_id = uuid.uuid4().hex[:12]
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._timers = timers
+        self.allocator = Allocator(clock, seed=config.seed, policy=make_policy(config.policy))
+        # Raises RolesConfigError for a bad file: a master must not start half-configured.
+        self.roles_config = (
+            load_roles(config.roles_file) if config.roles_file else RolesConfig.default()
+        )
+        self._steady_shares: dict[str, Resources] | None = None
+        self.agents: dict[str, AgentRecord] = {}
+        self.removed_agents: set[str] = set()
+        self.frameworks: dict[str, FrameworkRecord] = {}
+        self.offers: dict[str, OfferRecord] = {}
+        self.allocation_wanted = asyncio.Event()
+        self.allocation_cycles = 0
+        self.metrics = MasterMetrics()  # Master adds the collector of its state
+        self.invariant_violations: list[str] = []
+        # Agents the registry lists that have not re-registered since the restart.
+        self.recovering_agents: dict[str, list[TaskEntry]] = {}
+        self._recovery_timer: Cancellable | None = None
+        self.started_at = wall_clock()
+        self._ids = itertools.count(1)
+        if registry is None:
+            work_dir = config.work_dir
+            registry = Registry(work_dir / "registry.sqlite" if work_dir else None)
+        self.registry = registry
+        self._start()
+
+    @abc.abstractmethod
+    def _start(self) -> None:
+        """Configure the roles and recover from the registry (`master/master.py`)."""
+
+    def now(self) -> float:
+        """The core's monotonic clock (what its timers count in)."""
+        return self._clock()
+
+    def wall_time(self) -> float:
+        """The wall clock the core stamps updates with."""
+        return self._wall_clock()
+
+    def _new_id(self, kind: str) -> str:
+        return f"{self.master_id}-{kind}{next(self._ids):04d}"
+
+    def request_allocation(self) -> None:
+        self.allocation_wanted.set()
+
+    def verify(self, step: str) -> list[str]:
+        """Check the invariants now; violations are logged and kept."""
+        problems = invariants.check(self)
+        if problems:
+            self.invariant_violations.extend(f"after {step}: {p}" for p in problems)
+            log.error("invariant violated", step=step, problems=problems)
+        return problems
+
+    # Shared by every concern -------------------------------------------------
+
+    def _framework(self, framework_id: str) -> FrameworkRecord:
+        """A live framework, for a call made on its behalf."""
+        framework = self.frameworks.get(framework_id)
+        if framework is None or framework.removing:
+            raise CallRejected(f"framework {framework_id} is not known")
+        return framework
+
+    def _notify(self, framework_id: str, status: TaskStatus) -> None:
+        """Send a master-made update now, or when the framework is back."""
+        framework = self.frameworks.get(framework_id)
+        if framework is None:
+            return
+        if framework.outbox is not None:
+            framework.outbox.send(msg.Update(status))
+        else:
+            framework.undelivered.append(status)
+
+    def _master_status(
+        self, task_id: str, framework_id: str, agent_id: str, state: TaskState, message: str
+    ) -> TaskStatus:
+        """An update the master makes on its own authority: it needs no acknowledgement."""
+        return TaskStatus(
+            task_id,
+            framework_id,
+            agent_id,
+            state,
+            message,
+            timestamp=self._wall_clock(),
+            source=StatusSource.MASTER,
+        )
+
+    # What one concern asks of another ------------------------------------------
+
+    @abc.abstractmethod
+    def _start_failover_timer(self, framework: FrameworkRecord, timeout: float) -> None:
+        """master/frameworks.py"""
+
+    @abc.abstractmethod
+    def _forget_if_done(self, framework: FrameworkRecord) -> None:
+        """master/frameworks.py"""
+
+    @abc.abstractmethod
+    def _rescind_offers(self, framework: FrameworkRecord, notify: bool = True) -> None:
+        """master/offers.py"""
+
+    @abc.abstractmethod
+    def _rescind_agent_offers(self, agent_id: str) -> None:
+        """master/offers.py"""
+
+    @abc.abstractmethod
+    def _terminate(self, task: TaskRecord, state: TaskState, reason: str) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _tasks_expected(self, framework_id: str) -> bool:
+        """master/recovery.py"""
+
+    @abc.abstractmethod
+    def _cluster_changed(self) -> None:
+        """master/role_settings.py"""
+
+
+def with_agent(spec: TaskSpec, agent_id: str) -> TaskSpec:
+    """The task as placed on `agent_id`."""
+    if spec.agent_id == agent_id:
+        return spec
+    return TaskSpec(
+        spec.task_id, spec.command, spec.resources, spec.name, agent_id, dict(spec.environment)
+    )

@@ -1,0 +1,188 @@
+"""Frameworks: subscribing, failing over, tearing down.
+
+A framework subscribes (or re-subscribes with its id) on a stream; when the
+stream goes, its failover timer starts, and when that expires, or it asks for
+a teardown, it is removed: its offers rescinded, its tasks killed, and it is
+forgotten once they have ended (`removing` until then, kept in the registry
+so a master restart in between still kills them).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from master import messages as msg
+from master import validation
+from master.core import MasterCore, checked, log
+from master.effects import Peer
+from master.errors import Refusal, RegistrationRefused
+from master.registry import FrameworkEntry
+from master.state import FrameworkRecord
+from mesolite.model import (
+    DEFAULT_ROLE,
+    FrameworkInfo,
+)
+
+
+class FrameworkHandling(MasterCore):
+    @checked
+    def subscribe(self, info: FrameworkInfo, outbox: Peer[msg.FrameworkMessage]) -> str:
+        role = info.role or DEFAULT_ROLE
+        info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id)
+        if problem := validation.framework_info_problem(info):
+            raise RegistrationRefused(Refusal.INVALID, problem)
+        if info.framework_id:
+            return self._resubscribe(info, outbox)
+        framework_id = self._new_id("F")
+        framework = FrameworkRecord(framework_id, info, outbox, registered_at=self._wall_clock())
+        self.registry.add_framework(
+            FrameworkEntry(
+                framework_id, info.name, role, info.failover_timeout, framework.registered_at
+            )
+        )
+        self.frameworks[framework_id] = framework
+        if self.allocator.add_framework(framework_id, role):
+            log.info("role created on first use", role=role, weight=1.0)
+        log.info("framework subscribed", framework_id=framework_id, name=info.name, role=role)
+        outbox.send(msg.Subscribed(framework_id, self.config.framework_heartbeat_interval))
+        self.request_allocation()
+        return framework_id
+
+    def _resubscribe(self, info: FrameworkInfo, outbox: Peer[msg.FrameworkMessage]) -> str:
+        framework = self.frameworks.get(info.framework_id)
+        if framework is None or framework.removing:
+            raise RegistrationRefused(
+                Refusal.NOT_FOUND, f"framework {info.framework_id} is not known to this master"
+            )
+        if framework.info.role != info.role:
+            raise RegistrationRefused(
+                Refusal.INVALID,
+                f"framework {info.framework_id} has role {framework.info.role!r}; "
+                f"changing it to {info.role!r} is not supported",
+            )
+        if framework.outbox is not None:
+            framework.outbox.close("another scheduler subscribed with this framework id")
+            self._rescind_offers(framework)
+        if framework.failover_timer is not None:
+            framework.failover_timer.cancel()
+            framework.failover_timer = None
+        if framework.info != info:
+            self.registry.add_framework(
+                FrameworkEntry(
+                    framework.framework_id,
+                    info.name,
+                    info.role,
+                    info.failover_timeout,
+                    framework.registered_at,
+                )
+            )
+        framework.info = info
+        framework.outbox = outbox
+        framework.disconnected_at = None
+        framework.suppressed = False
+        self.allocator.revive(framework.framework_id)
+        self.allocator.connect_framework(framework.framework_id)
+        log.info("framework re-subscribed", framework_id=framework.framework_id, name=info.name)
+        outbox.send(
+            msg.Subscribed(framework.framework_id, self.config.framework_heartbeat_interval)
+        )
+        for status in framework.undelivered:
+            outbox.send(msg.Update(status))
+        framework.undelivered.clear()
+        self.request_allocation()
+        return framework.framework_id
+
+    @checked
+    def disconnect_framework(self, framework_id: str, outbox: Peer[Any]) -> None:
+        framework = self.frameworks.get(framework_id)
+        if framework is None or framework.outbox is not outbox:
+            return  # already replaced or torn down
+        framework.outbox = None
+        framework.disconnected_at = self._clock()
+        self._rescind_offers(framework)
+        self.allocator.disconnect_framework(framework_id)
+        timeout = framework.info.failover_timeout
+        log.info("framework disconnected", framework_id=framework_id, failover_timeout=timeout)
+        self._start_failover_timer(framework, timeout)
+
+    def _start_failover_timer(self, framework: FrameworkRecord, timeout: float) -> None:
+        framework_id = framework.framework_id
+        framework.failover_timer = self._timers.call_later(
+            timeout, self._failover_expired, framework_id
+        )
+
+    @checked
+    def _failover_expired(self, framework_id: str) -> None:
+        framework = self.frameworks.get(framework_id)
+        if framework is not None and not framework.connected:
+            log.info("framework failover timeout expired", framework_id=framework_id)
+            self._remove_framework(framework)
+
+    @checked
+    def teardown(self, framework_id: str) -> None:
+        framework = self._framework(framework_id)
+        log.info("framework teardown requested", framework_id=framework_id)
+        self._remove_framework(framework)
+
+    def _remove_framework(self, framework: FrameworkRecord) -> None:
+        """Tear a framework down: kill its tasks, then forget it once they have ended.
+
+        Its tasks' resources stay allocated until the agents report the tasks
+        ended (or the agents are removed): freed any earlier, they would be
+        offered while the processes still run, and the agent would refuse the
+        launches for lack of room.
+        """
+        framework_id = framework.framework_id
+        self._rescind_offers(framework, notify=False)
+        if framework.failover_timer is not None:
+            framework.failover_timer.cancel()
+            framework.failover_timer = None
+        if framework.outbox is not None:
+            framework.outbox.close("framework torn down")
+            framework.outbox = None
+        self.registry.mark_framework_removing(framework_id)
+        framework.removing = True
+        self.allocator.disconnect_framework(framework_id)
+        for task in framework.tasks.values():
+            agent = self.agents.get(task.agent_id)
+            if agent is not None and agent.outbox is not None:
+                agent.outbox.send(msg.KillTask(framework_id, task.spec.task_id))
+            # Else the agent is away: the kill goes out when it re-registers (rule 5).
+            log.info(
+                "killing task of removed framework",
+                framework_id=framework_id,
+                task_id=task.spec.task_id,
+                agent_id=task.agent_id,
+                agent_connected=agent is not None and agent.outbox is not None,
+            )
+        log.info("framework torn down", framework_id=framework_id, tasks=len(framework.tasks))
+        self._forget_if_done(framework)
+
+    def _forget_if_done(self, framework: FrameworkRecord) -> None:
+        """Forget a removing framework once none of its tasks can still be running.
+
+        Tasks on agents still re-registering after a restart may come back;
+        until then the framework stays (removing), so their return kills them.
+        """
+        framework_id = framework.framework_id
+        if framework.removing and not framework.tasks and not self._tasks_expected(framework_id):
+            self.registry.remove_framework(framework_id)
+            self.allocator.remove_framework(framework_id)
+            del self.frameworks[framework_id]
+            log.info("framework removed", framework_id=framework_id)
+            self.request_allocation()
+
+    @checked
+    def revive(self, framework_id: str) -> None:
+        framework = self._framework(framework_id)
+        framework.suppressed = False
+        self.allocator.revive(framework_id)
+        log.info("offers revived", framework_id=framework_id)
+        self.request_allocation()
+
+    @checked
+    def suppress(self, framework_id: str) -> None:
+        framework = self._framework(framework_id)
+        framework.suppressed = True
+        self.allocator.suppress(framework_id)
+        log.info("offers suppressed", framework_id=framework_id)

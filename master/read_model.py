@@ -1,0 +1,236 @@
+"""The master's read side: `build_snapshot(master)` turns the core's state into one
+`mesolite.snapshot.ClusterSnapshot`, and every view reads that (GET /state, the
+Prometheus collectors, the web UI's event stream, the demo, the experiment).
+
+This is the only module outside the core that reads the master's records, and
+each figure is derived here once:
+
+- an agent is healthy when it is connected and its last heartbeat is within
+  the agent timeout (`_healthy`);
+- a dominant share is the largest fraction of *any* resource in the cluster
+  (DRF's share, whatever policy the master runs);
+- a weighted share is the policy's share divided by the role's weight, as the
+  allocator orders by (read from the allocator);
+- a framework's `allocated` is what the allocator counts (its tasks plus its
+  offers), `used` what its tasks hold, `offered` what its offers hold; the
+  same three per agent.
+
+Cost: one pass over each of the master's collections, O(agents + frameworks +
+tasks + offers + roles) resource-vector operations (each O(resource names)),
+plus sorting the roles and removed agents by name, the newest
+`COMPLETED_TASKS_SHOWN` ended tasks of each framework (O(frameworks)), and the
+fair shares (`Master.fair_shares`: steady ones cached, instantaneous ones
+computed). A snapshot is built once per GET /state, per /events tick (only
+while a page listens) and per /metrics scrape; nothing is kept up to date on
+the hot paths, and nothing here changes the master.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+from master.policies import DRFPolicy
+from mesolite.model import Offer
+from mesolite.resources import EMPTY, Resources
+from mesolite.snapshot import (
+    AgentSnapshot,
+    ClusterSnapshot,
+    ClusterTotals,
+    EndedTaskSnapshot,
+    FrameworkSnapshot,
+    OfferSnapshot,
+    RoleSnapshot,
+    TaskSnapshot,
+)
+
+if TYPE_CHECKING:
+    from master.master import Master
+    from master.state import AgentRecord, FrameworkRecord, TaskRecord
+
+COMPLETED_TASKS_SHOWN = 50
+
+_DRF = DRFPolicy()
+
+
+def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapshot:
+    """The cluster now. `now` is on the master's clock (tests move it to see health age)."""
+    now = master.now() if now is None else now
+    total = master.allocator.total
+    offers = tuple(_offer(o.offer) for o in master.offers.values())
+    by_framework = _sum_by((o.framework_id, o.resources) for o in offers)
+    by_agent = _sum_by((o.agent_id, o.resources) for o in offers)
+    frameworks = tuple(
+        _framework(master, f, by_framework.get(f.framework_id, EMPTY), total)
+        for f in master.frameworks.values()
+    )
+    agents = tuple(
+        _agent(master, a, by_agent.get(a.agent_id, EMPTY), now) for a in master.agents.values()
+    )
+    tasks = tuple(_task(t) for t in master.tasks())
+    allocated = sum((a.allocated for a in agents), EMPTY)
+    return ClusterSnapshot(
+        master_id=master.master_id,
+        policy=master.allocator.policy.name,
+        started_at=master.started_at,
+        time=master.wall_time(),
+        cluster=ClusterTotals(
+            total=total,
+            allocated=allocated,
+            free=total - allocated,
+            agents=len(agents),
+            frameworks=len(frameworks),
+            running_tasks=len(tasks),
+            outstanding_offers=len(offers),
+        ),
+        frameworks=frameworks,
+        roles=_roles(master, Counter(f.role for f in frameworks)),
+        agents=agents,
+        offers=offers,
+        tasks=tasks,
+        removed_agents=tuple(sorted(master.removed_agents)),
+        completed_tasks=_recently_ended(master.frameworks.values()),
+    )
+
+
+def agent_snapshot(master: Master, agent_id: str) -> AgentSnapshot | None:
+    """One agent as `build_snapshot` shows it; None if the master has no such agent.
+
+    O(its tasks + all offers): for a reader that needs one agent, say the sandbox proxy.
+    """
+    agent = master.agents.get(agent_id)
+    if agent is None:
+        return None
+    offers = (o.offer for o in master.offers.values())
+    offered = sum((o.resources for o in offers if o.agent_id == agent_id), EMPTY)
+    return _agent(master, agent, offered, master.now())
+
+
+def _healthy(connected: bool, last_seen: float, now: float, timeout: float) -> bool:
+    return connected and now - last_seen <= timeout
+
+
+def _sum_by(items: Iterable[tuple[str, Resources]]) -> dict[str, Resources]:
+    sums: dict[str, Resources] = {}
+    for key, amount in items:
+        sums[key] = sums.get(key, EMPTY) + amount
+    return sums
+
+
+def _framework(
+    master: Master, f: FrameworkRecord, offered: Resources, total: Resources
+) -> FrameworkSnapshot:
+    alloc = master.allocator
+    allocated = alloc.framework_allocation(f.framework_id)
+    used = sum((t.spec.resources for t in f.tasks.values()), EMPTY)
+    return FrameworkSnapshot(
+        id=f.framework_id,
+        name=f.info.name,
+        role=f.info.role,
+        weight=alloc.role_weight(f.info.role),
+        connected=f.connected,
+        suppressed=f.suppressed,
+        removing=f.removing,
+        failover_timeout=f.info.failover_timeout,
+        allocated=allocated,
+        used=used,
+        offered=offered,
+        dominant_share=_DRF.share(allocated, total),
+        weighted_dominant_share=alloc.framework_share(f.framework_id),
+        running_tasks=len(f.tasks),
+        completed_tasks=len(f.completed),
+        registered_at=f.registered_at,
+        used_dominant_share=_DRF.share(used, total),
+    )
+
+
+def _agent(master: Master, a: AgentRecord, offered: Resources, now: float) -> AgentSnapshot:
+    allocated = master.allocator.agent_allocated(a.agent_id)
+    return AgentSnapshot(
+        id=a.agent_id,
+        hostname=a.hostname,
+        address=a.address,
+        attributes=dict(a.attributes),  # a copy: the snapshot may be read off the loop
+        total=a.total,
+        allocated=allocated,
+        free=a.total - allocated,
+        connected=a.connected,
+        healthy=_healthy(a.connected, a.last_seen, now, master.config.agent_timeout),
+        seconds_since_heartbeat=round(now - a.last_seen, 3),
+        running_tasks=len(a.tasks),
+        registered_at=a.registered_at,
+        used=sum((t.spec.resources for t in a.tasks.values()), EMPTY),
+        offered=offered,
+    )
+
+
+def _roles(master: Master, frameworks_in: Counter[str]) -> tuple[RoleSnapshot, ...]:
+    alloc = master.allocator
+    tree, total = alloc.roles, alloc.total
+    steady, instantaneous = master.fair_shares()
+    roles = []
+    for path in sorted(tree.role_paths()):
+        allocated = tree.role_allocation(path)
+        roles.append(
+            RoleSnapshot(
+                path=path,
+                weight=tree.role_weight(path),
+                guarantee=tree.role_guarantee(path),
+                limit=tree.role_limit(path),
+                configured=tree.role_configured(path),
+                allocated=allocated,
+                share=alloc.policy.share(allocated, total),
+                weighted_share=tree.role_share(path),
+                dominant_share=_DRF.share(allocated, total),
+                steady_fair_share=steady.get(path, EMPTY),
+                instantaneous_fair_share=instantaneous.get(path, EMPTY),
+                active=tree.role_active(path),
+                frameworks=frameworks_in[path],
+            )
+        )
+    return tuple(roles)
+
+
+def _task(t: TaskRecord) -> TaskSnapshot:
+    return TaskSnapshot(
+        id=t.spec.task_id,
+        name=t.spec.name,
+        framework_id=t.framework_id,
+        agent_id=t.agent_id,
+        state=t.state,
+        resources=t.spec.resources,
+    )
+
+
+def _offer(offer: Offer) -> OfferSnapshot:
+    return OfferSnapshot(offer.offer_id, offer.framework_id, offer.agent_id, offer.resources)
+
+
+def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSnapshot, ...]:
+    """The newest `COMPLETED_TASKS_SHOWN` ended tasks of all frameworks, newest first."""
+    shown = COMPLETED_TASKS_SHOWN
+    newest = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
+    return tuple(
+        EndedTaskSnapshot(
+            id=t.spec.task_id,
+            name=t.spec.name,
+            framework_id=t.framework_id,
+            agent_id=t.agent_id,
+            state=t.state,
+            resources=t.spec.resources,
+            message=t.status.message if t.status else "",
+            exit_code=t.status.exit_code if t.status else None,
+            ended_at=t.status.timestamp if t.status else None,
+        )
+        for t in heapq.nlargest(shown, newest, key=_ended_at)
+    )
+
+
+def _ended_at(task: TaskRecord) -> float:
+    return task.status.timestamp if task.status else 0.0
+
+
+__all__ = ["COMPLETED_TASKS_SHOWN", "agent_snapshot", "build_snapshot"]

@@ -1,0 +1,72 @@
+"""What the master knows: its records of agents, frameworks, tasks and offers.
+
+Plain mutable dataclasses, owned by the master's core (`master/core.py`) and
+changed only by its handlers. Everything else reads them through the read
+model (`master/read_model.py`), which turns them into one `ClusterSnapshot`.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+
+from master import messages as msg
+from master.effects import Cancellable, Peer
+from mesolite.model import FrameworkInfo, Offer, TaskSpec, TaskState, TaskStatus
+from mesolite.resources import Resources
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    spec: TaskSpec
+    framework_id: str
+    agent_id: str
+    state: TaskState = TaskState.STAGING
+    status: TaskStatus | None = None
+    applied_updates: set[str] = field(default_factory=set)
+
+
+@dataclass(slots=True)
+class AgentRecord:
+    agent_id: str
+    hostname: str
+    address: str
+    total: Resources
+    attributes: dict[str, str]
+    outbox: Peer[msg.AgentMessage] | None
+    last_seen: float
+    registered_at: float
+    tasks: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)  # (framework, task)
+
+    @property
+    def connected(self) -> bool:
+        return self.outbox is not None
+
+
+@dataclass(slots=True)
+class FrameworkRecord:
+    framework_id: str
+    info: FrameworkInfo
+    outbox: Peer[msg.FrameworkMessage] | None
+    registered_at: float
+    tasks: dict[str, TaskRecord] = field(default_factory=dict)
+    completed: deque[TaskRecord] = field(default_factory=deque)
+    offers: set[str] = field(default_factory=set)
+    suppressed: bool = False
+    disconnected_at: float | None = None
+    failover_timer: Cancellable | None = None
+    # Updates the master made (say, TASK_LOST) while the framework was away,
+    # sent when it subscribes again.
+    undelivered: list[TaskStatus] = field(default_factory=list)
+    # Torn down, waiting for its tasks to end; unknown to everyone else.
+    removing: bool = False
+
+    @property
+    def connected(self) -> bool:
+        return self.outbox is not None
+
+
+@dataclass(slots=True)
+class OfferRecord:
+    offer: Offer
+    expiry_timer: Cancellable | None

@@ -1,0 +1,190 @@
+"""Task status: updates from agents, kills, acknowledgements, reconciliation.
+
+Updates are applied once per update id (agents retry until acknowledged) and
+forwarded to the framework each time; a terminal update frees the task's
+resources. Updates the master makes itself (TASK_LOST when an agent is gone)
+need no acknowledgement and wait for frameworks that are away.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from master import messages as msg
+from master.core import MasterCore, checked, log
+from master.errors import CallRejected
+from master.state import FrameworkRecord, TaskRecord
+from mesolite.model import (
+    StatusSource,
+    TaskState,
+    TaskStatus,
+)
+
+
+class StatusUpdateHandling(MasterCore):
+    @checked
+    def status_update(self, agent_id: str, status: TaskStatus) -> None:
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            return
+        agent.last_seen = self._clock()
+        framework = self.frameworks.get(status.framework_id)
+        task = framework.tasks.get(status.task_id) if framework else None
+        if framework is None or task is None:
+            task = self._completed_task(framework, status.task_id) if framework else None
+            if task is None or status.update_id not in task.applied_updates:
+                # Nobody is left to acknowledge it: do so, so the agent stops retrying.
+                if agent.outbox is not None and status.update_id:
+                    agent.outbox.send(
+                        msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+                    )
+                log.info(
+                    "update for an unknown task acknowledged by the master",
+                    agent_id=agent_id,
+                    framework_id=status.framework_id,
+                    task_id=status.task_id,
+                    state=status.state.value,
+                )
+                return
+        elif status.update_id not in task.applied_updates:
+            task.applied_updates.add(status.update_id)
+            task.status = status
+            log.info(
+                "task status",
+                framework_id=status.framework_id,
+                agent_id=agent_id,
+                task_id=status.task_id,
+                state=status.state.value,
+                exit_code=status.exit_code,
+                update_id=status.update_id,
+            )
+            if status.state.is_terminal:
+                self._finish(task, status.state)
+            else:
+                task.state = status.state
+        if task.status is not status:  # applied before this call: the agent retried it
+            self.metrics.update_retried()
+        if framework is not None and framework.outbox is not None:
+            framework.outbox.send(msg.Update(status))
+            self.metrics.update_forwarded(status.state)
+        elif (
+            framework is not None
+            and framework.removing
+            and status.update_id
+            and agent.outbox is not None
+        ):  # torn down: nobody else will acknowledge it
+            agent.outbox.send(
+                msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+            )
+
+    def kill(self, framework_id: str, task_id: str) -> None:
+        framework = self._framework(framework_id)
+        task = framework.tasks.get(task_id)
+        if task is None:
+            raise CallRejected(f"task {task_id} is not a running task of this framework")
+        agent = self.agents[task.agent_id]
+        if agent.outbox is None:
+            raise CallRejected(f"agent {task.agent_id} of task {task_id} is disconnected")
+        agent.outbox.send(msg.KillTask(framework_id, task_id))
+        log.info(
+            "kill requested", framework_id=framework_id, task_id=task_id, agent_id=task.agent_id
+        )
+
+    def acknowledge(self, framework_id: str, agent_id: str, task_id: str, update_id: str) -> None:
+        self._framework(framework_id)
+        if not update_id:
+            raise CallRejected("acknowledge needs the update id")
+        agent = self.agents.get(agent_id)
+        if agent is None:
+            raise CallRejected(f"agent {agent_id} is not known")
+        if agent.outbox is not None:
+            agent.outbox.send(msg.AcknowledgeUpdate(framework_id, task_id, update_id))
+        log.debug(
+            "update acknowledged",
+            framework_id=framework_id,
+            agent_id=agent_id,
+            task_id=task_id,
+            update_id=update_id,
+        )
+
+    def reconcile(self, framework_id: str, task_ids: Sequence[str]) -> None:
+        """Answer with the latest known state of each task, as Mesos does.
+
+        Explicit (task ids given): a task the master has never heard of is
+        TASK_LOST; a task on an agent that has not yet re-registered after a
+        master restart gets no answer yet (as in Mesos): the framework asks
+        again later. Implicit (no ids): every running task of the framework.
+        """
+        framework = self._framework(framework_id)
+        assert framework.outbox is not None
+        if not task_ids:
+            for task in framework.tasks.values():
+                framework.outbox.send(msg.Update(self._latest_status(task)))
+            log.info("reconciled", framework_id=framework_id, tasks=len(framework.tasks))
+            return
+        completed = {t.spec.task_id: t for t in framework.completed}
+        pending = {
+            entry.task.task_id
+            for entries in self.recovering_agents.values()
+            for entry in entries
+            if entry.framework_id == framework_id
+        }
+        for task_id in task_ids:
+            known = framework.tasks.get(task_id) or completed.get(task_id)
+            if known is not None:
+                framework.outbox.send(msg.Update(self._latest_status(known)))
+            elif task_id not in pending:
+                unknown = self._master_status(
+                    task_id, framework_id, "", TaskState.LOST, "reconciliation: task is unknown"
+                )
+                framework.outbox.send(msg.Update(unknown))
+        log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
+
+    def _latest_status(self, task: TaskRecord) -> TaskStatus:
+        last = task.status
+        return TaskStatus(
+            task.spec.task_id,
+            task.framework_id,
+            task.agent_id,
+            task.state,
+            message="reconciliation",
+            exit_code=last.exit_code if last else None,
+            timestamp=self._wall_clock(),
+            source=StatusSource.MASTER,
+        )
+
+    def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
+        return next((t for t in framework.completed if t.spec.task_id == task_id), None)
+
+    def _terminate(self, task: TaskRecord, state: TaskState, reason: str) -> None:
+        """End a task on the master's own authority and tell its framework."""
+        status = self._master_status(
+            task.spec.task_id, task.framework_id, task.agent_id, state, reason
+        )
+        task.status = status
+        log.info(
+            "task status",
+            framework_id=task.framework_id,
+            agent_id=task.agent_id,
+            task_id=task.spec.task_id,
+            state=state.value,
+            reason=reason,
+        )
+        self._finish(task, state)
+        self._notify(task.framework_id, status)
+
+    def _finish(self, task: TaskRecord, state: TaskState) -> None:
+        """Move a task to its terminal state and give its resources back."""
+        task.state = state
+        self.registry.remove_task(task.framework_id, task.spec.task_id)
+        framework = self.frameworks[task.framework_id]
+        framework.tasks.pop(task.spec.task_id, None)
+        framework.completed.append(task)
+        while len(framework.completed) > self.config.completed_tasks_kept:
+            framework.completed.popleft()
+        agent = self.agents.get(task.agent_id)
+        if agent is not None:
+            agent.tasks.pop((task.framework_id, task.spec.task_id), None)
+            self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
+        self.request_allocation()
+        self._forget_if_done(framework)

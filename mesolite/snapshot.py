@@ -1,0 +1,237 @@
+"""The cluster as its readers see it: one typed, immutable snapshot of a master.
+
+`GET /state` is `ClusterSnapshot.to_json()`; the web UI's event stream, the
+Prometheus collectors, the CLI views, the demo and the experiment all read the
+same types. The master builds a snapshot in one place
+(`master.read_model.build_snapshot`), deriving every figure there once; the CLI,
+which only has the JSON, gets the same types back with `ClusterSnapshot.from_json`.
+
+The JSON is a contract that tools read: add fields, never rename. Its schema,
+generated from these classes (`state_json_schema()`), is committed as
+`docs/state.schema.json` (`scripts/gen_state_schema.py` writes and checks it).
+
+Shares are fractions of the cluster's total (0 to 1, before weights); amounts
+are in each resource's unit (cpus: cores; mem, disk: MB); times in seconds
+since the epoch, except `seconds_since_heartbeat`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mesolite._dataclass_json import DocumentError, decode, doc, encode, json_schema
+from mesolite.model import TaskState
+from mesolite.resources import EMPTY, Resources
+
+SCHEMA_ID = "urn:mesolite:master:state"
+
+
+class AgentHealth(enum.StrEnum):
+    HEALTHY = "healthy"  # connected, heartbeats on time
+    UNHEALTHY = "unhealthy"  # connected, heartbeats late
+    DISCONNECTED = "disconnected"  # stream broken: no offers of its resources
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterTotals:
+    """The cluster as a whole: resources of all registered agents, and counts."""
+
+    total: Resources = field(metadata=doc("resources of all registered agents"))
+    allocated: Resources = field(metadata=doc("held by tasks and by outstanding offers"))
+    free: Resources = field(metadata=doc("total minus allocated"))
+    agents: int = field(metadata=doc("registered agents, connected or not"))
+    frameworks: int = field(metadata=doc("registered frameworks, connected or not"))
+    running_tasks: int = field(metadata=doc("tasks not yet in a terminal state"))
+    outstanding_offers: int = field(metadata=doc("offers sent and not yet answered or rescinded"))
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSnapshot:
+    """One registered agent: its resources, what is allocated on it, and its health."""
+
+    id: str
+    hostname: str
+    address: str = field(metadata=doc("HOST:PORT of its sandbox server; empty if it serves none"))
+    attributes: Mapping[str, str]
+    total: Resources
+    allocated: Resources = field(metadata=doc("held by tasks and outstanding offers on this agent"))
+    free: Resources
+    connected: bool
+    healthy: bool = field(metadata=doc("connected and its last heartbeat within the agent timeout"))
+    seconds_since_heartbeat: float
+    running_tasks: int
+    registered_at: float
+    used: Resources = field(
+        default=EMPTY, metadata=doc("what the running tasks on this agent hold")
+    )
+    offered: Resources = field(
+        default=EMPTY, metadata=doc("what outstanding offers of this agent hold")
+    )
+
+    @property
+    def health(self) -> AgentHealth:
+        if not self.connected:
+            return AgentHealth.DISCONNECTED
+        return AgentHealth.HEALTHY if self.healthy else AgentHealth.UNHEALTHY
+
+
+@dataclass(frozen=True, slots=True)
+class FrameworkSnapshot:
+    """One registered framework: what it holds, and its shares of the cluster."""
+
+    id: str
+    name: str
+    role: str
+    weight: float = field(metadata=doc("its role's weight"))
+    connected: bool
+    suppressed: bool = field(metadata=doc("it asked for no offers"))
+    removing: bool = field(metadata=doc("torn down, waiting for its last tasks to end"))
+    failover_timeout: float
+    allocated: Resources = field(metadata=doc("used plus offered: what the allocator counts"))
+    used: Resources = field(metadata=doc("what its running tasks hold"))
+    offered: Resources = field(metadata=doc("what its outstanding offers hold"))
+    dominant_share: float = field(
+        metadata=doc("allocated's largest fraction of any cluster resource")
+    )
+    weighted_dominant_share: float = field(
+        metadata=doc(
+            "its share under the master's policy divided by its role's weight: "
+            "the allocator offers to the lowest first"
+        )
+    )
+    running_tasks: int
+    completed_tasks: int = field(metadata=doc("ended tasks the master remembers"))
+    registered_at: float
+    used_dominant_share: float = field(
+        default=0.0,
+        metadata=doc("used's largest fraction of any cluster resource (offers not counted)"),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RoleSnapshot:
+    """One role of the role tree: its settings, allocation and fair shares."""
+
+    path: str = field(metadata=doc("'*' or a path like eng/ml"))
+    weight: float
+    guarantee: Resources
+    limit: Mapping[str, float] | None = field(
+        metadata=doc("at most this much; null for no limit (an amount of 0 means none at all)")
+    )
+    configured: bool = field(metadata=doc("named in the roles file (not only created by use)"))
+    allocated: Resources = field(metadata=doc("held by this role and the roles below it"))
+    share: float = field(metadata=doc("allocated's share under the master's policy"))
+    weighted_share: float = field(
+        metadata=doc("share divided by weight: what the allocator orders by")
+    )
+    dominant_share: float = field(
+        metadata=doc("allocated's largest fraction of any cluster resource")
+    )
+    steady_fair_share: Resources = field(
+        metadata=doc("the cluster divided among all roles by weight")
+    )
+    instantaneous_fair_share: Resources = field(
+        metadata=doc("the cluster divided among active roles")
+    )
+    active: bool = field(metadata=doc("a framework in or below it wants offers"))
+    frameworks: int = field(metadata=doc("frameworks registered in exactly this role"))
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """A task the master considers running (not yet in a terminal state)."""
+
+    id: str
+    name: str
+    framework_id: str
+    agent_id: str
+    state: TaskState
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class EndedTaskSnapshot:
+    """A task that ended recently: its last state and how it ended."""
+
+    id: str
+    name: str
+    framework_id: str
+    agent_id: str
+    state: TaskState
+    resources: Resources
+    message: str
+    exit_code: int | None
+    ended_at: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class OfferSnapshot:
+    """An offer sent to a framework and not yet accepted, declined or rescinded."""
+
+    id: str
+    framework_id: str
+    agent_id: str
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterSnapshot:
+    """The state of a master at one moment (GET /state)."""
+
+    master_id: str
+    policy: str = field(metadata=doc("the share policy: drf, asset or slots"))
+    started_at: float
+    time: float = field(metadata=doc("when the snapshot was taken"))
+    cluster: ClusterTotals
+    frameworks: tuple[FrameworkSnapshot, ...]
+    roles: tuple[RoleSnapshot, ...] = field(metadata=doc("every role, sorted by path"))
+    agents: tuple[AgentSnapshot, ...]
+    offers: tuple[OfferSnapshot, ...]
+    tasks: tuple[TaskSnapshot, ...]
+    removed_agents: tuple[str, ...] = field(
+        metadata=doc(
+            "agents removed from the cluster, sorted; they must register again as new agents"
+        )
+    )
+    completed_tasks: tuple[EndedTaskSnapshot, ...] = field(
+        default=(), metadata=doc("the most recently ended tasks, newest first")
+    )
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON document (GET /state)."""
+        document: dict[str, Any] = encode(self)
+        return document
+
+    @classmethod
+    def from_json(cls, document: Any) -> ClusterSnapshot:
+        """Read a GET /state document; raises `DocumentError` if it is not one."""
+        return decode(cls, document)
+
+    def framework(self, framework_id: str) -> FrameworkSnapshot | None:
+        return next((f for f in self.frameworks if f.id == framework_id), None)
+
+    def agent(self, agent_id: str) -> AgentSnapshot | None:
+        return next((a for a in self.agents if a.id == agent_id), None)
+
+
+def state_json_schema() -> dict[str, Any]:
+    """The JSON Schema of GET /state (committed as docs/state.schema.json)."""
+    return json_schema(ClusterSnapshot, id=SCHEMA_ID, title="mesolite master: GET /state")
+
+
+__all__ = [
+    "AgentHealth",
+    "AgentSnapshot",
+    "ClusterSnapshot",
+    "ClusterTotals",
+    "DocumentError",
+    "EndedTaskSnapshot",
+    "FrameworkSnapshot",
+    "OfferSnapshot",
+    "RoleSnapshot",
+    "TaskSnapshot",
+    "state_json_schema",
+]

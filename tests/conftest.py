@@ -1,0 +1,50 @@
+"""Test layers, declared in one place.
+
+- unit: pure and in-process: no network, no subprocess, no sleeps worth the
+  name. `make test-fast` runs only these (under 30 s).
+- integration: real gRPC over loopback, real subprocesses, real files.
+- slow: integration tests that take tens of seconds each (master restarts,
+  fault injection, the browser); `pytest -m "not slow"` leaves them out.
+
+A test file is in the unit layer when it is listed below; everything else is
+integration. Files may also mark tests themselves (`pytestmark`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+UNIT = {
+    "test_agent_journal.py",
+    "test_agent_updates.py",
+    "test_allocator.py",
+    "test_drf_reference.py",
+    "test_errors.py",
+    "test_experiment.py",
+    "test_fair_share.py",
+    "test_fairness_properties.py",
+    "test_master_core.py",
+    "test_resources.py",
+    "test_role_tree.py",
+    "test_roles_config.py",
+    "test_sdk_public_api.py",
+}
+SLOW = {
+    "test_fault_injection.py",
+    "test_master_restart.py",
+    "test_restart_workload.py",
+    "test_ui_browser.py",
+}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        name = Path(str(item.fspath)).name
+        if name in UNIT or item.get_closest_marker("unit"):
+            item.add_marker(pytest.mark.unit)
+        else:
+            item.add_marker(pytest.mark.integration)
+            if name in SLOW:
+                item.add_marker(pytest.mark.slow)
