@@ -24,7 +24,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import structlog
@@ -193,11 +193,15 @@ class Demo:
         c = self.console
         c.print(f"[bold]mesolite demo[/]: web UI at [bold cyan]http://{server.http_address}/[/]")
         c.print(f"  (in a terminal: mesolite frameworks --master {server.http_address} --watch 1)")
-        # The first jobs subscribe before there is anything to offer: no head start.
+        # The first jobs subscribe before there is anything to offer (no head start), one
+        # after the other: the allocator breaks ties in share by subscription order, and
+        # cpu-heavy goes first. When memory-heavy's tasks fill an agent's memory, that
+        # agent's other CPUs are idle; once one of those tasks ends, the two jobs' shares
+        # are often equal, and then the agent goes to cpu-heavy, whose small tasks use
+        # the idle CPUs, rather than back to memory-heavy, which would fill it again.
         for job in self.plan:
             if job.joins == 0:
-                self._start_job(job, server)
-        await _wait_for(lambda: all(j.connected for j in self.jobs.values()), 30, "the jobs")
+                await _subscribed(self._start_job(job, server), timeout=30)
         await self._start_agents(server)
         low, high = self._task_range()
         c.print(
@@ -287,7 +291,7 @@ class Demo:
         self.server = server
         return server
 
-    def _start_job(self, plan: DemoJob, server: MasterServer) -> None:
+    def _start_job(self, plan: DemoJob, server: MasterServer) -> PhasedJob:
         index = self.plan.index(plan)
         job = PhasedJob(
             plan.name,
@@ -302,6 +306,7 @@ class Demo:
         self.jobs[plan.name] = job
         self.runs[plan.name] = asyncio.create_task(job.run(server.grpc_address))
         self.status[plan.name] = "running"
+        return job
 
     async def _start_agents(self, server: MasterServer) -> None:
         for i in range(self.agent_count):
@@ -359,9 +364,9 @@ def _newline_after(live: Live) -> Iterator[None]:
             live.console.print()
 
 
-async def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
+async def _subscribed(job: PhasedJob, timeout: float) -> None:
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not job.connected:
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what} did not subscribe within {timeout:g}s")
+            raise TimeoutError(f"{job.name} did not subscribe within {timeout:g}s")
         await asyncio.sleep(0.05)
