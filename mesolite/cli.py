@@ -23,6 +23,7 @@ from rich.text import Text
 from master.config import MasterConfig
 from master.policies import POLICIES
 from mesolite import logs
+from mesolite._demo_scenario import AGENT_RESOURCES
 from mesolite.errors import MesoliteError
 from mesolite.resources import InvalidResources, Resources
 from mesolite.snapshot import ClusterSnapshot, DocumentError
@@ -168,21 +169,39 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
 
-    d = sub.add_parser("demo", help="run a local cluster with a CPU-heavy and a memory-heavy job")
+    d = sub.add_parser(
+        "demo",
+        help="a local cluster and three jobs: watch DRF shift the shares as jobs come and go",
+        description="One master, three agents and three jobs in this process. Two jobs "
+        "share the cluster, a third joins a third of the way in, one finishes two thirds "
+        "in; a live table shows each job's shares beside the split DRF should reach. "
+        "Logs go to files under --work-dir.",
+    )
     d.add_argument("--agents", type=int, default=3)
     d.add_argument(
-        "--agent-resources", type=_parse_resources, default=Resources.parse("cpus:4;mem:8192")
+        "--agent-resources",
+        type=_parse_resources,
+        default=AGENT_RESOURCES,
+        metavar='"cpus:10;mem:30720"',
     )
     d.add_argument(
         "--duration",
         type=_positive,
         default=60.0,
         metavar="S",
-        help="how long to run before stopping",
+        help="how long to run; each of the three phases is a third of it",
     )
-    d.add_argument("--task-seconds", type=_positive, default=3.0, metavar="S")
+    d.add_argument(
+        "--task-seconds",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="average task length (default: duration/20, between 2 and 3)",
+    )
     d.add_argument("--work-dir", type=Path, default=Path("work-dirs/demo"))
-    d.add_argument("--http-port", type=int, default=5051)
+    d.add_argument(
+        "--http-port", type=int, default=5051, help="the web UI's port (taken: any free port)"
+    )
 
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)
@@ -243,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return _show(args)
-    logs.configure(json=args.log_json, level=args.log_level)
+    if args.command != "demo":  # the demo logs to files under its work dir
+        logs.configure(json=args.log_json, level=args.log_level)
     runners = {
         "master": _run_master,
         "agent": _run_agent,

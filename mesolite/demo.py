@@ -1,11 +1,18 @@
-"""`mesolite demo`: a whole cluster on this machine, and DRF at work.
+"""`mesolite demo`: a whole cluster on this machine, and DRF at work as demand changes.
 
-One master and several agents run in this process (real gRPC over loopback);
-a CPU-heavy and a memory-heavy batch framework run as separate processes
-(`examples/cpu_heavy.py`, `examples/memory_heavy.py`), each keeping the cluster
-busy with short tasks that are real subprocesses. Every second the demo prints
-each framework's CPU, memory and dominant share of what its tasks use, so you
-can watch DRF equalise the dominant shares.
+One master, three agents and the jobs all run in this process (real gRPC over loopback;
+every task is a real `sleep` process started by an agent). The jobs are in-process
+frameworks written with the SDK (`mesolite._phased_job.PhasedJob`), so the demo needs
+nothing but the installed package. The story, in three phases, is
+`mesolite._demo_scenario`'s: two jobs share the cluster, a third joins, one finishes.
+
+The terminal shows the web UI's address first, then a live table of each job's shares of
+the cluster, measured twice a second from the master's snapshot (the read model that
+`GET /state` serves), beside the split
+DRF should reach (computed by `master.drf_reference.drf`), a line per event, and at the
+end each phase's settled average against DRF. Every log line (master, agents, jobs) goes
+to files under `<work dir>/logs/`; Ctrl-C stops everything: the jobs are torn down, the
+agents kill their tasks, and no process is left behind.
 """
 
 from __future__ import annotations
@@ -17,166 +24,344 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+
+import structlog
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.markup import escape
 
 from agent import Agent, AgentConfig
 from agent.sandbox_http import SandboxServer
-from master.master import MasterConfig
+from master.config import MasterConfig
 from master.server import MasterServer
+from mesolite import logs
+from mesolite._demo_scenario import JOBS, DemoJob, Phase, describe_task, phases
+from mesolite._demo_table import (
+    Sample,
+    live_view,
+    measure,
+    samples_csv,
+    settled,
+    summary_table,
+)
+from mesolite._phased_job import PhasedJob
 from mesolite.resources import EMPTY, Resources
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-JOBS = [("cpu-heavy", "cpu_heavy.py"), ("memory-heavy", "memory_heavy.py")]
+log = structlog.get_logger(__name__)
+
+# Which log file each component writes to, under <work dir>/logs/.
+LOG_ROUTES = {
+    "master": "master.log",
+    "agent": "agents.log",
+    "framework_sdk": "frameworks.log",
+    "mesolite._phased_job": "frameworks.log",
+}
+OTHER_LOG = "demo.log"
+
+SAMPLE_INTERVAL = 0.5  # seconds between looks at the master's snapshot
 
 
-def _usage(server: MasterServer) -> dict[str, tuple[Resources, int]]:
-    master = server.master
-    assert master is not None
-    usage: dict[str, tuple[Resources, int]] = {}
-    for framework in master.frameworks.values():
-        used = sum((t.spec.resources for t in framework.tasks.values()), EMPTY)
-        usage[framework.info.name] = (used, len(framework.tasks))
-    return usage
-
-
-def _share_line(elapsed: float, total: Resources, usage: dict[str, tuple[Resources, int]]) -> str:
-    parts = []
-    for name, _ in JOBS:
-        used, count = usage.get(name, (EMPTY, 0))
-        shares = used.shares(total)
-        cpu, mem = shares.get("cpus", 0.0), shares.get("mem", 0.0)
-        parts.append(
-            f"{name}: {count:2d} tasks cpu {cpu:4.0%} mem {mem:4.0%} dominant {max(cpu, mem):4.0%}"
-        )
-    return f"[{elapsed:5.1f}s]  " + "   |   ".join(parts)
-
-
-def _fresh_directory(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    path.mkdir(parents=True)
+def default_task_seconds(duration: float) -> float:
+    """Tasks short enough for shares to move within a phase (a third of the run):
+    3 s for the default minute, down to 2 s for short runs (shorter would start more
+    processes a second than a busy two-core machine keeps up with beside the cluster)."""
+    return min(3.0, max(2.0, duration / 20))
 
 
 async def run_demo(args: argparse.Namespace) -> int:
-    if not EXAMPLES.is_dir():
-        print(
-            f"the demo needs the examples from a clone of mesolite ({EXAMPLES} is missing)",
-            file=sys.stderr,
-        )
-        return 1
     if args.agents < 1:
         print("--agents must be at least 1", file=sys.stderr)
         return 2
     work_dir: Path = args.work_dir
-    _fresh_directory(work_dir)
-    config = MasterConfig(allocation_interval=0.5, agent_heartbeat_interval=1.0)
-    server = MasterServer(config, "127.0.0.1", port=0, http_port=args.http_port)
-    try:
-        await server.start()
-    except OSError:
-        server = MasterServer(config, "127.0.0.1", port=0, http_port=0)
-        await server.start()
-    agents: list[Agent] = []
-    sandbox_servers: list[SandboxServer] = []  # each agent's task output, for the web UI
-    jobs: list[asyncio.subprocess.Process] = []
-    try:
-        for name, script in JOBS:
-            log_file = (work_dir / f"{name}.log").open("ab")
-            jobs.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    str(EXAMPLES / script),
-                    "--master",
-                    server.grpc_address,
-                    "--tasks",
-                    "0",
-                    "--duration",
-                    str(args.task_seconds),
-                    stdout=log_file,
-                    stderr=asyncio.subprocess.STDOUT,
-                )
+    log_files = await asyncio.to_thread(_fresh_work_dir, work_dir, args.log_json, args.log_level)
+    console = Console(highlight=False)
+    if not console.is_terminal:
+        console.soft_wrap = True  # piped: whole lines, for grep; tables keep their width
+    demo = Demo(
+        console=console,
+        work_dir=work_dir,
+        agents=args.agents,
+        agent_resources=args.agent_resources,
+        duration=args.duration,
+        task_seconds=args.task_seconds or default_task_seconds(args.duration),
+        http_port=args.http_port,
+    )
+    code = await demo.run()
+    demo.console.print(
+        f"logs: {work_dir / 'logs'}/ ("
+        + ", ".join(p.name for p in log_files)
+        + f"); task sandboxes: {work_dir}/agent*/"
+    )
+    return code
+
+
+def _fresh_work_dir(work_dir: Path, log_json: bool, log_level: str) -> list[Path]:
+    """Empty `work_dir` and send every log line to files in its logs/ directory."""
+    shutil.rmtree(work_dir, ignore_errors=True)
+    work_dir.mkdir(parents=True)
+    return logs.configure_to_files(
+        work_dir / "logs", LOG_ROUTES, OTHER_LOG, json=log_json, level=log_level
+    )
+
+
+class Demo:
+    """One run of the scenario: the cluster it starts, the jobs, what it measured."""
+
+    def __init__(
+        self,
+        console: Console,
+        work_dir: Path,
+        agents: int,
+        agent_resources: Resources,
+        duration: float,
+        task_seconds: float,
+        http_port: int,
+        jobs: tuple[DemoJob, ...] = JOBS,
+    ) -> None:
+        self.console = console
+        self.work_dir = work_dir
+        self.agent_count = agents
+        self.agent_resources = agent_resources
+        self.duration = duration
+        self.task_seconds = task_seconds
+        self.http_port = http_port
+        self.plan = jobs
+        self.cluster = EMPTY
+        for _ in range(agents):
+            self.cluster = self.cluster + agent_resources
+        self.phases = phases(duration, self.cluster, jobs)
+        self.samples: list[Sample] = []
+        self.status = {
+            job.name: f"joins at {job.joins * duration:.0f}s" for job in jobs if job.joins > 0
+        }
+        self.server: MasterServer | None = None
+        self.agents: list[Agent] = []
+        self.sandboxes: list[SandboxServer] = []
+        self.jobs: dict[str, PhasedJob] = {}
+        self.runs: dict[str, asyncio.Task[None]] = {}
+        self.finishing: set[str] = set()  # wound down, tasks still running
+
+    # -- the run ---------------------------------------------------------------------------
+
+    async def run(self) -> int:
+        """Play the scenario until its end or a signal, then stop everything. 0 on success."""
+        loop = asyncio.get_running_loop()
+        signalled = asyncio.Event()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, signalled.set)
+        code = 0
+        play = asyncio.create_task(self._play(), name="mesolite-demo")
+        waiter = asyncio.create_task(signalled.wait())
+        try:
+            await asyncio.wait({play, waiter}, return_when=asyncio.FIRST_COMPLETED)
+            if not play.done():
+                play.cancel()
+                self.console.print("\n[bold]Ctrl-C[/]: stopping the jobs, agents and master ...")
+            try:
+                await play
+            except asyncio.CancelledError:
+                if not signalled.is_set():
+                    raise
+            except Exception as e:
+                log.exception("the demo failed")
+                self.console.print(f"[bold red]the demo failed:[/] {escape(str(e))}")
+                code = 1
+        finally:
+            waiter.cancel()
+            began = time.monotonic()
+            await self._shutdown()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+        self.console.print(
+            f"stopped in {time.monotonic() - began:.1f}s: jobs torn down, "
+            f"agents stopped with their tasks, master stopped"
+        )
+        if self.samples:
+            await asyncio.to_thread(
+                (self.work_dir / "shares.csv").write_text, samples_csv(self.samples)
             )
-        # Both jobs subscribe before there is anything to offer, so neither
-        # gets a head start on an empty cluster.
-        await _wait_for(lambda: len(server.master.frameworks) == len(JOBS), 30)  # type: ignore[union-attr]
-        for i in range(args.agents):
-            sandboxes = SandboxServer(work_dir / f"agent{i + 1}")
+        rows = settled(self.phases, self.samples)
+        if rows:
+            self.console.print()
+            self.console.print(summary_table(rows, self.phases))
+        return code
+
+    async def _play(self) -> None:
+        server = await self._start_master()
+        c = self.console
+        c.print(f"[bold]mesolite demo[/]: web UI at [bold cyan]http://{server.http_address}/[/]")
+        c.print(f"  (in a terminal: mesolite frameworks --master {server.http_address} --watch 1)")
+        # The first jobs subscribe before there is anything to offer: no head start.
+        for job in self.plan:
+            if job.joins == 0:
+                self._start_job(job, server)
+        await _wait_for(lambda: all(j.connected for j in self.jobs.values()), 30, "the jobs")
+        await self._start_agents(server)
+        low, high = self._task_range()
+        c.print(
+            f"cluster: {self.agent_count} agents x <{describe_task(self.agent_resources)}> = "
+            f"<{describe_task(self.cluster)}>"
+        )
+        c.print(
+            f"{len(self.phases)} phases of {self.duration / len(self.phases):.0f}s, "
+            f"tasks of {low:.1f}-{high:.1f}s; Ctrl-C stops"
+        )
+        await self._watch(server)
+
+    async def _watch(self, server: MasterServer) -> None:
+        """Every `SAMPLE_INTERVAL`: start the next phase when it is time, read the master,
+        let finished jobs go, redraw the table."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        names = [job.name for job in self.plan]
+        upcoming = list(self.phases)
+        current = upcoming[0]
+        view: RenderableType = ""
+        tick = 0
+        with Live(console=self.console, auto_refresh=False) as live, _newline_after(live):
+            while (elapsed := loop.time() - started) < self.duration:
+                while upcoming and upcoming[0].start <= elapsed:
+                    if tick and not self.console.is_terminal:
+                        live.console.print(view)  # no live table: the phase's last view
+                    current = upcoming.pop(0)
+                    await self._enter(current, elapsed, server, live.console)
+                measured = measure(server.snapshot(), names)
+                self.samples.append(Sample(elapsed, measured))
+                for name in sorted(self.finishing):
+                    if measured[name].tasks == 0:
+                        await self._retire(name, elapsed, live.console)
+                view = live_view(
+                    self.plan,
+                    self.status,
+                    measured,
+                    current,
+                    len(self.phases),
+                    elapsed,
+                    self.duration,
+                )
+                live.update(view, refresh=True)
+                tick += 1
+                await asyncio.sleep(max(0.0, started + tick * SAMPLE_INTERVAL - loop.time()))
+
+    async def _enter(self, phase: Phase, elapsed: float, server: MasterServer, c: Console) -> None:
+        for job in self.plan:
+            if job.name in phase.joined and job.name not in self.jobs:
+                self._start_job(job, server)
+            if job.name in phase.left and job.name in self.jobs:
+                self.finishing.add(job.name)
+                self.status[job.name] = "launches no more tasks; leaves when its last one ends"
+                with contextlib.suppress(Exception):
+                    await self.jobs[job.name].wind_down()
+        split = ", ".join(
+            f"{name} {e.tasks:g}{' tasks' if i == 0 else ''} ({e.dominant_share:.0%})"
+            for i, (name, e) in enumerate(phase.expected.items())
+        )
+        c.print(f"[{elapsed:4.0f}s] [bold]phase {phase.number}[/]: {phase.event}")
+        c.print(f"        DRF: {split}")
+
+    async def _retire(self, name: str, elapsed: float, c: Console) -> None:
+        """A finishing job's last task has ended: it unregisters."""
+        self.finishing.discard(name)
+        with contextlib.suppress(Exception):
+            await self.jobs[name].teardown()
+        self.status[name] = f"left at {elapsed:.0f}s"
+        c.print(f"[{elapsed:4.0f}s] {name}'s last task ended: it unregistered")
+
+    def _task_range(self) -> tuple[float, float]:
+        """Task lengths are drawn from this range, around `task_seconds`."""
+        return (self.task_seconds * 2 / 3, self.task_seconds * 4 / 3)
+
+    # -- the cluster -----------------------------------------------------------------------
+
+    async def _start_master(self) -> MasterServer:
+        config = MasterConfig(allocation_interval=0.5, agent_heartbeat_interval=1.0)
+        server = MasterServer(config, "127.0.0.1", port=0, http_port=self.http_port)
+        try:
+            await server.start()
+        except OSError:  # the HTTP port is taken (another master?): any free port
+            await server.stop(grace=0)
+            server = MasterServer(config, "127.0.0.1", port=0, http_port=0)
+            await server.start()
+        self.server = server
+        return server
+
+    def _start_job(self, plan: DemoJob, server: MasterServer) -> None:
+        index = self.plan.index(plan)
+        job = PhasedJob(
+            plan.name,
+            [plan.task],
+            durations=self._task_range(),
+            seed=index + 1,
+            # Decline offers too small for a task (the CPUs are all in use) at once:
+            # every task needs one CPU, so whichever task ends next frees room for any
+            # job, and an offer held meanwhile would count toward the holder's share.
+            hold_seconds=0.0,
+        )
+        self.jobs[plan.name] = job
+        self.runs[plan.name] = asyncio.create_task(job.run(server.grpc_address))
+        self.status[plan.name] = "running"
+
+    async def _start_agents(self, server: MasterServer) -> None:
+        for i in range(self.agent_count):
+            work_dir = self.work_dir / f"agent{i + 1}"
+            sandboxes = SandboxServer(work_dir)  # each agent's task output, for the web UI
             await sandboxes.start()
-            sandbox_servers.append(sandboxes)
+            self.sandboxes.append(sandboxes)
             agent = Agent(
                 AgentConfig(
                     server.grpc_address,
-                    args.agent_resources,
-                    work_dir / f"agent{i + 1}",
+                    self.agent_resources,
+                    work_dir,
                     hostname=f"agent{i + 1}",
                     address=sandboxes.address,
                     kill_grace_period=1.0,
                 )
             )
             await agent.__aenter__()
-            agents.append(agent)
-        for agent in agents:
-            await asyncio.wait_for(agent.wait_registered(), 30)
-        assert server.master is not None
-        total = server.master.allocator.total
-        print(
-            f"mesolite demo: master {server.grpc_address}, {args.agents} agents of "
-            f"{args.agent_resources} (cluster {total})\n"
-            f"  jobs: cpu-heavy <2 CPUs, 512 MB> and memory-heavy <0.5 CPU, 4096 MB> "
-            f"tasks of {args.task_seconds:g}s; logs in {work_dir}/\n"
-            f"  web UI: http://{server.http_address}/   "
-            f"in a terminal: mesolite state --master {server.http_address}\n"
-            f"  running for {args.duration:g}s (Ctrl-C stops sooner)\n",
-            flush=True,
+            self.agents.append(agent)
+        async with asyncio.timeout(30):
+            await asyncio.gather(*(agent.wait_registered() for agent in self.agents))
+
+    async def _shutdown(self) -> None:
+        """Jobs first (the master kills their tasks), then agents (they kill what is
+        left and wait for the last updates), then the master."""
+        for job in self.jobs.values():
+            if job.connected:
+                with contextlib.suppress(Exception):
+                    await job.wind_down()  # no launches onto resources being freed below
+        for name, job in self.jobs.items():
+            if job.connected:
+                with contextlib.suppress(Exception):
+                    await job.teardown()
+            await job.stop()
+            with contextlib.suppress(Exception):
+                await self.runs[name]
+        await asyncio.gather(
+            *(agent.__aexit__(None, None, None) for agent in self.agents), return_exceptions=True
         )
-        await _watch(server, total, args.duration)
-        return 0
+        for sandboxes in self.sandboxes:
+            with contextlib.suppress(Exception):
+                await sandboxes.stop()
+        if self.server is not None:
+            await self.server.stop(grace=0.5)
+
+
+@contextlib.contextmanager
+def _newline_after(live: Live) -> Iterator[None]:
+    """Off a terminal, Live prints its last view when it stops, without a newline."""
+    try:
+        yield
     finally:
-        for job in jobs:
-            if job.returncode is None:
-                job.send_signal(signal.SIGTERM)
-        for job in jobs:
-            try:
-                await asyncio.wait_for(job.wait(), 10)
-            except TimeoutError:
-                job.kill()
-                await job.wait()
-        for agent in agents:
-            await agent.stop()
-        for sandboxes in sandbox_servers:
-            await sandboxes.stop()
-        await server.stop(grace=0.5)
+        if not live.console.is_terminal:
+            live.stop()
+            live.console.print()
 
 
-async def _wait_for(predicate: Callable[[], bool], timeout: float) -> None:
+async def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
-            raise TimeoutError("the example frameworks did not subscribe")
+            raise TimeoutError(f"{what} did not subscribe within {timeout:g}s")
         await asyncio.sleep(0.05)
-
-
-async def _watch(server: MasterServer, total: Resources, duration: float) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    started = time.monotonic()
-    samples: dict[str, list[float]] = {name: [] for name, _ in JOBS}
-    last, printed_at = "", 0.0
-    while (elapsed := time.monotonic() - started) < duration and not stop.is_set():
-        usage = _usage(server)
-        line = _share_line(elapsed, total, usage)
-        for name in samples:
-            used, _ = usage.get(name, (EMPTY, 0))
-            samples[name].append(max(used.shares(total).values(), default=0.0))
-        changed = line.split("]", 1)[1] != last.split("]", 1)[-1]
-        if changed or elapsed - printed_at >= 5:
-            print(line, flush=True)
-            last, printed_at = line, elapsed
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(1.0):
-                await stop.wait()
-    print("\naverage dominant share over the run (DRF equalises these, up to one task):")
-    for name, values in samples.items():
-        print(f"  {name:<13} {sum(values) / max(len(values), 1):.1%}")

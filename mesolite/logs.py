@@ -1,9 +1,12 @@
-"""Logging set-up for entry points. Libraries only call `structlog.get_logger()`."""
+"""Logging set-up for entry points. Libraries only call `structlog.get_logger(__name__)`."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
 
 import structlog
 
@@ -16,15 +19,95 @@ def configure(json: bool = False, level: str = "info") -> None:
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelNamesMapping()[level.upper()]
-        ),
+        processors=_processors(renderer),
+        wrapper_class=_filtering(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+
+
+def configure_to_files(
+    directory: Path,
+    routes: Mapping[str, str],
+    default: str = "other.log",
+    json: bool = False,
+    level: str = "info",
+) -> list[Path]:
+    """Send every log line to files in `directory`, none to the terminal (for `mesolite
+    demo`, whose terminal shows a live table).
+
+    `routes` maps logger names (`structlog.get_logger(__name__)`: a module or a package
+    above it) to file names, the longest match winning: ``{"master": "master.log"}``
+    sends `master.server` and `master.master` there. Anything else goes to `default`, as
+    do the standard library's `logging` (asyncio, grpc, aiohttp) and warnings. Returns
+    the files, each created (empty) even if nothing is logged to it.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    files = _LogFiles(directory, routes, default)
+    renderer: structlog.types.Processor
+    if json:
+        renderer = structlog.processors.JSONRenderer()
+    else:
+        renderer = structlog.dev.ConsoleRenderer(colors=False)
+    structlog.configure(
+        processors=_processors(renderer),
+        wrapper_class=_filtering(level),
+        logger_factory=files,
+        cache_logger_on_first_use=True,
+    )
+    handler = logging.StreamHandler(files.open(default))
+    handler.setFormatter(logging.Formatter("%(asctime)s [%(levelname)s] %(name)s: %(message)s"))
+    root = logging.getLogger()
+    for old in list(root.handlers):
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(logging.getLevelNamesMapping()[level.upper()])
+    logging.captureWarnings(True)
+    return files.paths
+
+
+class _LogFiles:
+    """A structlog logger factory: loggers of one route share one line-buffered file."""
+
+    def __init__(self, directory: Path, routes: Mapping[str, str], default: str) -> None:
+        self._directory = directory
+        self._routes = dict(routes)
+        self._default = default
+        self._files: dict[str, TextIO] = {}
+        for name in (*self._routes.values(), default):
+            self.open(name)
+
+    @property
+    def paths(self) -> list[Path]:
+        return [self._directory / name for name in self._files]
+
+    def open(self, name: str) -> TextIO:
+        if name not in self._files:
+            # Open for the life of the process, as sys.stderr would be.
+            self._files[name] = (self._directory / name).open("a", buffering=1)
+        return self._files[name]
+
+    def file_for(self, logger_name: str) -> str:
+        parts = logger_name.split(".")
+        for i in range(len(parts), 0, -1):
+            name = self._routes.get(".".join(parts[:i]))
+            if name is not None:
+                return name
+        return self._default
+
+    def __call__(self, *args: Any) -> structlog.WriteLogger:
+        logger_name = args[0] if args and isinstance(args[0], str) else ""
+        return structlog.WriteLogger(self.open(self.file_for(logger_name)))
+
+
+def _processors(renderer: structlog.types.Processor) -> list[structlog.types.Processor]:
+    return [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        renderer,
+    ]
+
+
+def _filtering(level: str) -> type[structlog.types.BindableLogger]:
+    return structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()])
