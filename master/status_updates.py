@@ -110,10 +110,13 @@ class StatusUpdateHandling(MasterCore):
     def reconcile(self, framework_id: str, task_ids: Sequence[str]) -> None:
         """Answer with the latest known state of each task, as Mesos does.
 
-        Explicit (task ids given): a task the master has never heard of is
-        TASK_LOST; a task on an agent that has not yet re-registered after a
-        master restart gets no answer yet (as in Mesos): the framework asks
-        again later. Implicit (no ids): every running task of the framework.
+        Explicit (task ids given): the state of each task the master knows; a
+        task it does not know is TASK_LOST, but only once no agent is still
+        re-registering after a master restart. Until then any of them may
+        bring it back, or report how it ended (an end the previous master
+        applied while the framework was away is in no registry), so the
+        master does not answer for it yet (as Mesos): the framework asks
+        again. Implicit (no ids): every running task of the framework.
         """
         framework = self._framework(framework_id)
         assert framework.outbox is not None
@@ -123,21 +126,25 @@ class StatusUpdateHandling(MasterCore):
             log.info("reconciled", framework_id=framework_id, tasks=len(framework.tasks))
             return
         completed = {t.spec.task_id: t for t in framework.completed}
-        pending = {
-            entry.task.task_id
-            for entries in self.recovering_agents.values()
-            for entry in entries
-            if entry.framework_id == framework_id
-        }
+        unanswered = []
         for task_id in task_ids:
             known = framework.tasks.get(task_id) or completed.get(task_id)
             if known is not None:
                 framework.outbox.send(msg.Update(self._latest_status(known)))
-            elif task_id not in pending:
+            elif self.recovering_agents:
+                unanswered.append(task_id)
+            else:
                 unknown = self._master_status(
                     task_id, framework_id, "", TaskState.LOST, "reconciliation: task is unknown"
                 )
                 framework.outbox.send(msg.Update(unknown))
+        if unanswered:
+            log.info(
+                "reconciliation deferred: agents still re-registering",
+                framework_id=framework_id,
+                task_ids=unanswered,
+                agents=len(self.recovering_agents),
+            )
         log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
 
     def _latest_status(self, task: TaskRecord) -> TaskStatus:

@@ -23,8 +23,8 @@ from rich.text import Text
 from master.config import MasterConfig
 from master.policies import POLICIES
 from mesolite import logs
-from mesolite._demo_scenario import AGENT_RESOURCES
 from mesolite.errors import MesoliteError
+from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.resources import InvalidResources, Resources
 from mesolite.snapshot import ClusterSnapshot, DocumentError
 from mesolite.views import VIEWS, View
@@ -380,7 +380,7 @@ async def _run_agent(args: argparse.Namespace) -> int:
 
 
 async def _run_demo(args: argparse.Namespace) -> int:
-    from mesolite.demo import run_demo
+    from mesolite.lab.demo import run_demo
 
     return await run_demo(args)
 
@@ -394,7 +394,7 @@ async def _run_experiment(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from mesolite import experiment
+    from mesolite.lab import experiment
 
     # Every offer at info level would drown the progress lines: warning unless debugging.
     logs.configure(json=args.log_json, level="debug" if args.log_level == "debug" else "warning")

@@ -21,8 +21,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from mesolite._demo_scenario import AGENT_RESOURCES, JOBS, phases
-from mesolite._demo_table import NOTHING, Measured, Sample, measure, settled
+from mesolite.lab.demo_scenario import AGENT_RESOURCES, JOBS, phases
+from mesolite.lab.demo_table import NOTHING, Measured, Sample, measure, settled
 from mesolite.resources import EMPTY, Resources
 from mesolite.snapshot import ClusterTotals, FrameworkSnapshot
 from tests.snapshots import empty_snapshot

@@ -1,4 +1,4 @@
-"""Table tests for the exact references in `master.drf_reference`.
+"""Table tests for the exact references in `mesolite.lab.drf_reference`.
 
 The numbers come from the DRF paper (Ghodsi et al., NSDI 2011) as summarised
 in the project's seed notes, or are worked out by hand in the comments.
@@ -11,8 +11,8 @@ from fractions import Fraction
 
 import pytest
 
-import master.drf_reference
-from master.drf_reference import Amount, asset_fairness, discrete_drf, drf, to_fraction
+import mesolite.lab.drf_reference
+from mesolite.lab.drf_reference import Amount, asset_fairness, discrete_drf, drf, to_fraction
 
 # The paper's example: <9 CPUs, 18 GB>; A's tasks need <1 CPU, 4 GB>, B's <3 CPUs, 1 GB>.
 PAPER_CAPACITY = {"cpus": 9, "mem": 18}
@@ -20,7 +20,7 @@ PAPER_DEMANDS = {"A": {"cpus": 1, "mem": 4}, "B": {"cpus": 3, "mem": 1}}
 
 
 def test_module_examples() -> None:
-    assert doctest.testmod(master.drf_reference).failed == 0
+    assert doctest.testmod(mesolite.lab.drf_reference).failed == 0
 
 
 def test_paper_example() -> None:

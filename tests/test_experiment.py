@@ -9,10 +9,9 @@ from fractions import Fraction
 from pathlib import Path
 
 from framework_sdk import Offer, Resources, TaskSpec
-from master.drf_reference import asset_fairness, drf
-from mesolite._phased_job import PhasedJob
 from mesolite.cli import build_parser
-from mesolite.experiment import (
+from mesolite.lab.drf_reference import asset_fairness, drf
+from mesolite.lab.experiment import (
     CSV_FIELDS,
     JOBS,
     PAPER_PHASES,
@@ -22,6 +21,7 @@ from mesolite.experiment import (
     equilibrium,
     run_and_write,
 )
+from mesolite.lab.phased_job import PhasedJob
 
 # The paper's cluster: 48 nodes of 4 CPUs and 14 GB.
 CAPACITY = {"cpus": 48 * 4, "mem": 48 * 14336}

@@ -8,7 +8,7 @@ i's weighted dominant share is s_i = n_i d_i. "Unfinished": i has not reached
 its task limit (finished users want nothing more, so no property constrains
 them beyond getting their limit).
 
-Part A: the fractional reference `master.drf_reference.drf`, checked EXACTLY
+Part A: the fractional reference `mesolite.lab.drf_reference.drf`, checked EXACTLY
 (Fractions, no tolerance) on random instances (2-5 users, 1-3 resources, some
 resources demanded by no one or only some users, zero capacities, weights,
 task limits). Weights are read from the input, never from the result.
@@ -125,8 +125,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from master.drf_reference import FairAllocation, discrete_drf, drf, to_fraction
 from master.policies import make_policy
+from mesolite.lab.drf_reference import FairAllocation, discrete_drf, drf, to_fraction
 from mesolite.resources import Resources
 from tests.simulate import Run, build_allocator, simulate
 

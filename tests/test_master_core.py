@@ -532,6 +532,31 @@ def test_the_framework_back_before_its_agent(core: CoreHarness) -> None:
     new.assert_sound()
 
 
+def test_an_end_applied_before_the_restart_is_not_answered_lost_first(
+    core: CoreHarness,
+) -> None:
+    """The previous master applied the task's end while its framework was away,
+    so no registry holds the task; the agent still has the end to deliver. Asked
+    before that agent is back, the master must not answer LOST (found by the
+    fault injection: FINISHED after LOST)."""
+    fw, agent, spec = launched_and_running(core, failover=100)
+    core.master.disconnect_framework(fw.framework_id, fw.peer)
+    end = core.update(agent, fw, "t1", TaskState.FINISHED, update_id="end", exit_code=0)
+    new = core.restart()
+    other = new.add_agent(hostname="other")  # not the one that ran t1
+    again = new.resubscribe(fw)
+    new.master.reconcile(again.framework_id, ["t1"])
+    assert new.updates(again) == []  # t1's agent is still re-registering
+    back = new.add_agent(agent_id=agent.agent_id, running=(new.running(fw, spec),))
+    new.master.status_update(back.agent_id, end)  # the agent re-sends the end
+    assert [(s.task_id, s.state) for s in new.updates(again)] == [("t1", TaskState.FINISHED)]
+    new.master.reconcile(again.framework_id, ["t1", "never"])
+    answers = {s.task_id: s.state for s in new.updates(again)}
+    assert answers == {"t1": TaskState.FINISHED, "never": TaskState.LOST}
+    assert other.agent_id in new.master.agents
+    new.assert_sound()
+
+
 def test_an_agent_that_does_not_return_has_its_tasks_reported_lost(core: CoreHarness) -> None:
     fw, _, _ = launched_and_running(core, failover=100)
     new = core.restart()

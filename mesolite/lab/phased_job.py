@@ -15,7 +15,7 @@ An offer too small for a task is declined, or, with `hold_seconds` > 0, kept for
 that long in case more frees up on the same agent: the master re-offers resources the
 moment a task ends, one task's worth at a time, so a job whose tasks need two CPUs would
 otherwise almost never see two free CPUs on one agent while a job of one-CPU tasks takes
-each freed CPU (`mesolite.experiment` explains). Held offers count toward the job's share in
+each freed CPU (`mesolite.lab.experiment` explains). Held offers count toward the job's share in
 the allocator, as every offer does, so a job cannot hold more than DRF lets it.
 """
 

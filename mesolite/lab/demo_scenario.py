@@ -9,7 +9,7 @@ is asking:
     phase 3  memory-heavy finishes (launches nothing more); the others take what it held
 
 The split each phase should reach is not typed in: `expected_split` computes it from the
-demands and the cluster with the exact reference, `master.drf_reference.drf` (tasks
+demands and the cluster with the exact reference, `mesolite.lab.drf_reference.drf` (tasks
 divisible, the cluster one pool). With these sizes it is, in every phase, a whole number
 of tasks that fits on the three separate agents, and CPUs are what runs out, which every
 task needs one of, so a CPU freed by any task's end fits any job's next task:
@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from master.drf_reference import drf
+from mesolite.lab.drf_reference import drf
 from mesolite.resources import Resources
 
 AGENTS = 3
@@ -74,7 +74,7 @@ class Phase:
 
 def expected_split(cluster: Resources, demands: Mapping[str, Resources]) -> dict[str, Expected]:
     """DRF's split of `cluster` between jobs with these per-task `demands`, computed
-    exactly by `master.drf_reference.drf` (progressive filling)."""
+    exactly by `mesolite.lab.drf_reference.drf` (progressive filling)."""
     if not demands:
         return {}
     allocation = drf(dict(cluster), {name: dict(task) for name, task in demands.items()})

@@ -1,6 +1,6 @@
 """What the demo shows: each job's shares, measured from the master's snapshot (the read
 model `GET /state` serves), next to the split DRF should reach
-(`mesolite._demo_scenario`). Pure: snapshots in, rich renderables out."""
+(`mesolite.lab.demo_scenario`). Pure: snapshots in, rich renderables out."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from mesolite._demo_scenario import DemoJob, Phase, describe_task
+from mesolite.lab.demo_scenario import DemoJob, Phase, describe_task
 from mesolite.snapshot import ClusterSnapshot
 
 BAR_WIDTH = 16

@@ -2,14 +2,14 @@
 
 One master, three agents and the jobs all run in this process (real gRPC over loopback;
 every task is a real `sleep` process started by an agent). The jobs are in-process
-frameworks written with the SDK (`mesolite._phased_job.PhasedJob`), so the demo needs
+frameworks written with the SDK (`mesolite.lab.phased_job.PhasedJob`), so the demo needs
 nothing but the installed package. The story, in three phases, is
-`mesolite._demo_scenario`'s: two jobs share the cluster, a third joins, one finishes.
+`mesolite.lab.demo_scenario`'s: two jobs share the cluster, a third joins, one finishes.
 
 The terminal shows the web UI's address first, then a live table of each job's shares of
 the cluster, measured twice a second from the master's snapshot (the read model that
 `GET /state` serves), beside the split
-DRF should reach (computed by `master.drf_reference.drf`), a line per event, and at the
+DRF should reach (computed by `mesolite.lab.drf_reference.drf`), a line per event, and at the
 end each phase's settled average against DRF. Every log line (master, agents, jobs) goes
 to files under `<work dir>/logs/`; Ctrl-C stops everything: the jobs are torn down, the
 agents kill their tasks, and no process is left behind.
@@ -37,8 +37,8 @@ from agent.sandbox_http import SandboxServer
 from master.config import MasterConfig
 from master.server import MasterServer
 from mesolite import logs
-from mesolite._demo_scenario import JOBS, DemoJob, Phase, describe_task, phases
-from mesolite._demo_table import (
+from mesolite.lab.demo_scenario import JOBS, DemoJob, Phase, describe_task, phases
+from mesolite.lab.demo_table import (
     Sample,
     live_view,
     measure,
@@ -46,7 +46,7 @@ from mesolite._demo_table import (
     settled,
     summary_table,
 )
-from mesolite._phased_job import PhasedJob
+from mesolite.lab.phased_job import PhasedJob
 from mesolite.resources import EMPTY, Resources
 
 log = structlog.get_logger(__name__)
@@ -56,7 +56,7 @@ LOG_ROUTES = {
     "master": "master.log",
     "agent": "agents.log",
     "framework_sdk": "frameworks.log",
-    "mesolite._phased_job": "frameworks.log",
+    "mesolite.lab.phased_job": "frameworks.log",
 }
 OTHER_LOG = "demo.log"
 

@@ -10,7 +10,7 @@ which the jobs' task sizes change:
 
 and plotted each job's CPU, memory and dominant share over time. Here one master and 48
 agents run in this process over real gRPC on 127.0.0.1, the two jobs are in-process
-frameworks (`mesolite._phased_job.PhasedJob`) whose tasks are real `sleep` processes,
+frameworks (`mesolite.lab.phased_job.PhasedJob`) whose tasks are real `sleep` processes,
 and time is scaled down (20 s phases by default). Every `sample_interval` the master's
 snapshot (`MasterServer.snapshot()`, what GET /state shows) gives each job's shares of
 what its *tasks* hold (offers not counted).
@@ -18,7 +18,7 @@ what its *tasks* hold (offers not counted).
 For each phase the average over its second half (allocations have shifted by then) is
 printed next to two references computed from the demands alone:
 
-* the fractional equilibrium of the policy (`master.drf_reference`: `drf` for DRF,
+* the fractional equilibrium of the policy (`mesolite.lab.drf_reference`: `drf` for DRF,
   `asset_fairness` for asset fairness; slot fair sharing is progressive filling on slot
   counts, which is weighted DRF with weight = dominant share / slots per task);
 * the best whole-task packing: over every way of placing whole tasks on the 48 separate
@@ -61,23 +61,19 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
 
 from agent import Agent, AgentConfig
-from master.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
 from master.master import MasterConfig
 from master.policies import POLICIES, make_policy
 from master.policies.slots import DEFAULT_SLOT
 from master.server import MasterServer
-from mesolite._phased_job import JobStats, PhasedJob
+from mesolite.lab.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
+from mesolite.lab.phased_job import JobStats, PhasedJob
 from mesolite.resources import EMPTY, Resources
 from mesolite.snapshot import FrameworkSnapshot
-
-if TYPE_CHECKING:
-    from matplotlib.axes import Axes
 
 AGENT_RESOURCES = Resources(cpus=4, mem=14336)  # the paper's 4 CPUs and 14 GB per node
 JOBS = ("job1", "job2")
@@ -446,8 +442,8 @@ def phase_rows(config: ExperimentConfig, samples: Iterable[Sample]) -> list[Phas
 
 def format_table(config: ExperimentConfig, rows: Sequence[PhaseRow]) -> str:
     reference = {
-        "drf": "DRF equilibrium (master.drf_reference.drf)",
-        "asset": "asset-fairness equilibrium (master.drf_reference.asset_fairness)",
+        "drf": "DRF equilibrium (mesolite.lab.drf_reference.drf)",
+        "asset": "asset-fairness equilibrium (mesolite.lab.drf_reference.asset_fairness)",
         "slots": "slot-fair-sharing equilibrium (progressive filling on slots)",
     }[config.policy]
     half = config.phase_seconds / 2
@@ -535,129 +531,6 @@ def read_csv(path: Path) -> list[Sample]:
         ]
 
 
-_COLORS = {"job1": "tab:blue", "job2": "tab:orange"}
-
-
-def plot_run(path: Path, config: ExperimentConfig, samples: Sequence[Sample]) -> None:
-    """The paper's figure: CPU, memory and dominant share of both jobs over time."""
-    from matplotlib.figure import Figure
-
-    # A bare Figure (no pyplot): no global state, so drawing in a worker thread is safe.
-    fig = Figure(figsize=(8, 8))
-    axes = fig.subplots(3, 1, sharex=True)
-    panels = (("cpu_share", "CPU share"), ("mem_share", "memory share"))
-    for ax, (attr, label) in zip(
-        axes, (*panels, ("dominant_share", "dominant share")), strict=True
-    ):
-        _draw_shares(ax, config, samples, attr, label)
-    _draw_levels(axes[2], config, _equilibrium_levels(config, config.policy), "dashed")
-    _draw_levels(axes[2], config, _packing_levels(config), "dotted")
-    axes[0].legend(loc="upper right")
-    axes[0].set_title(
-        f"Dynamic sharing under {config.policy}: {config.agents} agents of "
-        f"{_fmt_resources(config.agent_resources)}\n(dashed: the {config.policy} equilibrium; "
-        "dotted: the best whole-task packing)",
-        fontsize=10,
-    )
-    axes[2].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def plot_comparison(
-    path: Path, config: ExperimentConfig, runs: Mapping[str, Sequence[Sample]]
-) -> None:
-    """Dominant shares of both jobs under each policy, one panel per policy."""
-    from matplotlib.figure import Figure
-
-    fig = Figure(figsize=(8, 2.6 * len(runs)))
-    axes = fig.subplots(len(runs), 1, sharex=True, squeeze=False)[:, 0]
-    drf_levels = _equilibrium_levels(config, "drf")
-    for ax, (policy, samples) in zip(axes, runs.items(), strict=True):
-        _draw_shares(ax, config, samples, "dominant_share", f"{policy}\ndominant share")
-        _draw_levels(ax, config, drf_levels, "dashed")
-        if policy != "drf":
-            _draw_levels(ax, config, _equilibrium_levels(config, policy), "dotted")
-    axes[0].legend(loc="upper right")
-    axes[0].set_title(
-        "Dominant shares under each policy\n(dashed: the DRF equilibrium; "
-        "dotted: the policy's own equilibrium)",
-        fontsize=10,
-    )
-    axes[-1].set_xlabel("time (s)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-
-
-def _draw_shares(
-    ax: Axes, config: ExperimentConfig, samples: Sequence[Sample], attr: str, label: str
-) -> None:
-    from matplotlib.ticker import PercentFormatter
-
-    for job in JOBS:
-        points = [s for s in samples if s.job == job]
-        ax.plot(
-            [s.time_s for s in points],
-            [getattr(s, attr) for s in points],
-            color=_COLORS[job],
-            label=job,
-            linewidth=1.4,
-        )
-    for p in range(1, len(config.phases)):
-        ax.axvline(p * config.phase_seconds, color="grey", linestyle=":", linewidth=1)
-    ax.set_ylabel(label)
-    ax.set_ylim(0, 1)
-    ax.set_xlim(0, config.duration)
-    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
-    ax.grid(alpha=0.3)
-
-
-def _draw_levels(
-    ax: Axes,
-    config: ExperimentConfig,
-    levels: Sequence[dict[str, float]],
-    style: Literal["dashed", "dotted"],
-) -> None:
-    """One horizontal segment per phase and job at `levels[phase][job]`."""
-    for p, level in enumerate(levels):
-        start = p * config.phase_seconds
-        for job in JOBS:
-            ax.hlines(
-                level[job],
-                start,
-                start + config.phase_seconds,
-                colors=_COLORS[job],
-                linestyles=style,
-                linewidth=0.9,
-            )
-
-
-def _equilibrium_levels(config: ExperimentConfig, policy: str) -> list[dict[str, float]]:
-    """The policy's equilibrium dominant share of each job, phase by phase."""
-    levels = []
-    for demands in config.phases:
-        eq = equilibrium(policy, config.cluster, demands)
-        levels.append({job: float(eq.dominant_shares[job]) for job in JOBS})
-    return levels
-
-
-def _packing_levels(config: ExperimentConfig) -> list[dict[str, float]]:
-    """The dominant shares of the best whole-task packing, phase by phase."""
-    levels = []
-    for demands in config.phases:
-        packed = best_packing(config.policy, config.agent_resources, config.agents, demands)
-        levels.append(
-            {
-                job: dominant_share(_times(d, n), config.cluster)
-                for job, d, n in zip(JOBS, demands, packed, strict=True)
-            }
-        )
-    return levels
-
-
-# -- entry point ------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class Written:
     csv: Path
@@ -714,6 +587,8 @@ def _write_outputs(
     written.csv.parent.mkdir(parents=True, exist_ok=True)
     write_csv(written.csv, samples)
     written.table.write_text(report + "\n")
+    from mesolite.lab.experiment_plots import plot_run  # matplotlib: only when drawing
+
     plot_run(written.figure, config, samples)
 
 
@@ -723,6 +598,8 @@ def comparison(out_dir: Path, config: ExperimentConfig) -> Path | None:
     if not all(path.exists() for path in paths.values()):
         return None
     figure = out_dir / "dynamic-sharing-comparison.png"
+    from mesolite.lab.experiment_plots import plot_comparison  # matplotlib: only when drawing
+
     plot_comparison(figure, config, {p: read_csv(path) for p, path in paths.items()})
     return figure
 
