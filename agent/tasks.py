@@ -52,11 +52,8 @@ import os
 import signal
 import sys
 import time
-import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Mapping
 from pathlib import Path
-from typing import IO, Any
 
 import structlog
 
@@ -70,71 +67,30 @@ from agent._procs import (
     wait_for_exit,
     wait_readable,
 )
+from agent._task_records import (
+    CHECKPOINT_FILE,
+    EXIT_FILE,
+    WRAPPER_FILE,
+    EndedTask,
+    StatusCallback,
+    TaskRecord,
+    TaskTransition,
+    check_id,
+    checkpoint_record,
+    describe_exit,
+    new_run_id,
+    prepare_sandbox,
+    returncode_of,
+    scan_checkpoints,
+    task_from_checkpoint,
+)
 from mesolite.model import RunningTask, TaskSpec, TaskState
-from mesolite.resources import Resources
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_KILL_GRACE_PERIOD = 3.0
-CHECKPOINT_FILE = "task.json"
-EXIT_FILE = _task_wrapper.EXIT_FILE
-WRAPPER_FILE = _task_wrapper.WRAPPER_FILE
 # Run by path with -I: fast to start, and no import of this package (grpc and all).
 _WRAPPER = Path(_task_wrapper.__file__).absolute()
-
-
-@dataclass(frozen=True, slots=True)
-class TaskTransition:
-    """A task entered `state`; the agent turns this into a status update.
-
-    `run_id` names the launch the transition belongs to (a task id can be
-    launched again after it ended); empty for launches refused outright.
-    """
-
-    framework_id: str
-    task_id: str
-    state: TaskState
-    message: str = ""
-    exit_code: int | None = None
-    run_id: str = ""
-
-
-# May return an awaitable that resolves once the transition is durable.
-StatusCallback = Callable[[TaskTransition], Awaitable[None] | None]
-
-
-@dataclass(eq=False)
-class _Task:
-    framework_id: str
-    spec: TaskSpec
-    sandbox: Path
-    run_id: str
-    state: TaskState = TaskState.STARTING
-    live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
-    process: asyncio.subprocess.Process | None = None  # only when this agent started it
-    pid: int | None = None  # the wrapper's, which is also the process group id
-    start_time: int | None = None  # the wrapper's, in clock ticks since boot
-    started: float = 0.0
-    kill_requested: bool = False
-    sigkilled: bool = False
-    recovered: bool = False  # found on disk by a restarted agent
-    sandbox_ready: bool = False
-    previous: asyncio.Task[None] | None = None  # an earlier run still finishing
-    exited: asyncio.Event = field(default_factory=asyncio.Event)
-    lifecycle: asyncio.Task[None] | None = None
-    escalation: asyncio.Task[None] | None = None
-    checkpoint_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.framework_id, self.spec.task_id)
-
-
-@dataclass(frozen=True, slots=True)
-class _Ended:
-    task: RunningTask
-    run_id: str
-    lifecycle: asyncio.Task[None] | None
 
 
 class TaskRunner:
@@ -158,8 +114,8 @@ class TaskRunner:
         self._on_status = on_status
         self._grace = kill_grace_period
         self._shell = shell
-        self._tasks: dict[tuple[str, str], _Task] = {}
-        self._ended: dict[tuple[str, str], _Ended] = {}
+        self._tasks: dict[tuple[str, str], TaskRecord] = {}
+        self._ended: dict[tuple[str, str], EndedTask] = {}
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._sandboxes / framework_id / task_id
@@ -199,12 +155,14 @@ class TaskRunner:
         if key in self._tasks:
             bound.warning("duplicate launch ignored: task is already active")
             return False
-        problem = _check_id("framework id", framework_id) or _check_id("task id", task.task_id)
+        problem = check_id("framework id", framework_id) or check_id("task id", task.task_id)
         if problem:
             bound.warning("launch rejected", reason=problem)
             self._report(TaskTransition(framework_id, task.task_id, TaskState.FAILED, problem))
             return False
-        t = _Task(framework_id, task, self.sandbox_path(framework_id, task.task_id), _new_run_id())
+        t = TaskRecord(
+            framework_id, task, self.sandbox_path(framework_id, task.task_id), new_run_id()
+        )
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
         self._tasks[key] = t
@@ -244,9 +202,9 @@ class TaskRunner:
         is still pending in the agent's journal, if any. Call once, before any
         launch. See the module docstring for what happens to each task.
         """
-        for sandbox, record in await asyncio.to_thread(_scan_checkpoints, self._sandboxes):
+        for sandbox, record in await asyncio.to_thread(scan_checkpoints, self._sandboxes):
             try:
-                t = _task_from_checkpoint(sandbox, record)
+                t = task_from_checkpoint(sandbox, record)
             except (KeyError, TypeError, ValueError) as e:
                 log.warning(
                     "ignoring an unreadable task checkpoint", path=str(sandbox), error=str(e)
@@ -256,7 +214,7 @@ class TaskRunner:
             journaled = end is not None and end.run_id == t.run_id
             if t.state.is_terminal or journaled:
                 if journaled:
-                    self._ended[t.key] = _Ended(
+                    self._ended[t.key] = EndedTask(
                         RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, None
                     )
                 if journaled and not t.state.is_terminal:
@@ -292,12 +250,12 @@ class TaskRunner:
             return None
 
     def _transition(
-        self, t: _Task, state: TaskState, message: str = "", exit_code: int | None = None
+        self, t: TaskRecord, state: TaskState, message: str = "", exit_code: int | None = None
     ) -> TaskTransition:
         t.state = state
         return TaskTransition(t.framework_id, t.spec.task_id, state, message, exit_code, t.run_id)
 
-    async def _lifecycle(self, t: _Task) -> None:
+    async def _lifecycle(self, t: TaskRecord) -> None:
         try:
             if t.previous is not None:
                 # The earlier run's last checkpoint must land before this run's first.
@@ -319,10 +277,10 @@ class TaskRunner:
                 t.escalation.cancel()
         await self._finish(t, final)
 
-    async def _execute(self, t: _Task) -> TaskTransition:
+    async def _execute(self, t: TaskRecord) -> TaskTransition:
         """Run the task to its end and return its terminal transition."""
         try:
-            stdout, stderr = await asyncio.to_thread(_prepare_sandbox, t.sandbox)
+            stdout, stderr = await asyncio.to_thread(prepare_sandbox, t.sandbox)
         except OSError as e:
             return self._transition(t, TaskState.FAILED, f"could not create the sandbox: {e}")
         t.sandbox_ready = True
@@ -384,7 +342,7 @@ class TaskRunner:
         t.exited.set()
         return await self._outcome(t, returncode, ended_while_down=False)
 
-    async def _watch(self, t: _Task) -> TaskTransition:
+    async def _watch(self, t: TaskRecord) -> TaskTransition:
         """A recovered task: wait for its wrapper if it still runs; return how it ended."""
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
         if t.pid is None:
@@ -418,7 +376,7 @@ class TaskRunner:
         bound.info("the task ended while the agent was down")
         return await self._outcome(t, None, ended_while_down=True)
 
-    async def _find_wrapper(self, t: _Task) -> tuple[int, int] | None:
+    async def _find_wrapper(self, t: TaskRecord) -> tuple[int, int] | None:
         """(pid, start time) of a task's wrapper that the last agent did not checkpoint."""
         for _ in range(2):
             try:
@@ -438,11 +396,11 @@ class TaskRunner:
         return None
 
     @staticmethod
-    def _wrapper_argv(t: _Task) -> list[str]:
+    def _wrapper_argv(t: TaskRecord) -> list[str]:
         return [sys.executable, "-I", str(_WRAPPER), str(t.sandbox)]
 
     async def _outcome(
-        self, t: _Task, wrapper_returncode: int | None, *, ended_while_down: bool
+        self, t: TaskRecord, wrapper_returncode: int | None, *, ended_while_down: bool
     ) -> TaskTransition:
         """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
         assert t.pid is not None
@@ -451,7 +409,7 @@ class TaskRunner:
         except (OSError, ValueError) as e:
             log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
             record = None
-        returncode = _returncode(record)
+        returncode = returncode_of(record)
         wrapper_cleaned_up = record is not None and (returncode is not None or "error" in record)
         # Unless the wrapper ended its process group itself, do it for it; but not
         # when the pid names a live process again (then the group is not ours).
@@ -464,7 +422,7 @@ class TaskRunner:
         if returncode is None and t.sigkilled:
             returncode = -signal.SIGKILL  # the group was SIGKILLed, wrapper included
         if returncode is not None:
-            exit_code, how = _describe_exit(returncode)
+            exit_code, how = describe_exit(returncode)
             if t.kill_requested:
                 if t.sigkilled:
                     how += f" (still alive {self._grace:g} s after SIGTERM)"
@@ -474,7 +432,7 @@ class TaskRunner:
         if ended_while_down:
             why = "the task's wrapper died while the agent was down"
         elif wrapper_returncode is not None:
-            how = _describe_exit(wrapper_returncode)[1].replace("command", "wrapper")
+            how = describe_exit(wrapper_returncode)[1].replace("command", "wrapper")
             why = f"the task's wrapper ended without recording an exit status: {how}"
         else:
             why = "the task's wrapper ended without recording an exit status"
@@ -482,9 +440,9 @@ class TaskRunner:
             return self._transition(t, TaskState.KILLED, f"killed on request: {why}")
         return self._transition(t, TaskState.FAILED, why)
 
-    async def _finish(self, t: _Task, final: TaskTransition) -> None:
+    async def _finish(self, t: TaskRecord, final: TaskTransition) -> None:
         self._tasks.pop(t.key, None)
-        self._ended[t.key] = _Ended(
+        self._ended[t.key] = EndedTask(
             RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, asyncio.current_task()
         )
         log.info(
@@ -503,7 +461,7 @@ class TaskRunner:
         if t.sandbox_ready:
             await self._checkpoint(t, final)
 
-    def _environment(self, t: _Task) -> dict[str, str]:
+    def _environment(self, t: TaskRecord) -> dict[str, str]:
         env = {**os.environ, **t.spec.environment}
         # Set last so a task cannot be misled about where and what it is.
         env["MESOLITE_FRAMEWORK_ID"] = t.framework_id
@@ -513,7 +471,7 @@ class TaskRunner:
             env["MESOLITE_AGENT_ID"] = t.spec.agent_id
         return env
 
-    def _request_kill(self, t: _Task) -> None:
+    def _request_kill(self, t: TaskRecord) -> None:
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id)
         if t.kill_requested:
             bound.info("kill already in progress")
@@ -524,11 +482,11 @@ class TaskRunner:
             self._start_escalation(t)
         # Otherwise the task is still starting: `_execute` checks the flag.
 
-    def _start_escalation(self, t: _Task) -> None:
+    def _start_escalation(self, t: TaskRecord) -> None:
         if t.escalation is None and not t.exited.is_set():
             t.escalation = asyncio.create_task(self._escalate(t))
 
-    async def _escalate(self, t: _Task) -> None:
+    async def _escalate(self, t: TaskRecord) -> None:
         assert t.pid is not None
         pid = t.pid
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=pid)
@@ -547,11 +505,11 @@ class TaskRunner:
             t.sigkilled = True
             signal_group(pid, signal.SIGKILL)
 
-    async def _checkpoint(self, t: _Task, final: TaskTransition | None = None) -> None:
+    async def _checkpoint(self, t: TaskRecord, final: TaskTransition | None = None) -> None:
         # One writer at a time per task, each writing the state as of its turn,
         # so an older view can never land after a newer one.
         async with t.checkpoint_lock:
-            record = _checkpoint_record(t, final)
+            record = checkpoint_record(t, final)
             try:
                 await asyncio.to_thread(write_json_atomically, t.sandbox / CHECKPOINT_FILE, record)
             except OSError as e:
@@ -562,17 +520,6 @@ class TaskRunner:
                     task_id=t.spec.task_id,
                     error=str(e),
                 )
-
-
-def _new_run_id() -> str:
-    return uuid.uuid4().hex
-
-
-def _check_id(kind: str, value: str) -> str | None:
-    """Why `value` cannot name a sandbox directory, or None if it can."""
-    if not value or value in (".", "..") or "/" in value or "\0" in value:
-        return f"invalid {kind} {value!r}: must be non-empty, not '.' or '..', without '/'"
-    return None
 
 
 async def _wait_ready(fd: int) -> bool:
@@ -586,129 +533,11 @@ async def _wait_ready(fd: int) -> bool:
         os.close(fd)
 
 
-def _returncode(record: dict[str, Any] | None) -> int | None:
-    """The command's return code as `subprocess` gives it (-N for signal N)."""
-    if record is None:
-        return None
-    code, signum = record.get("exit_code"), record.get("signal")
-    if isinstance(code, int):
-        return code
-    if isinstance(signum, int):
-        return -signum
-    return None
-
-
-def _describe_exit(returncode: int) -> tuple[int, str]:
-    if returncode < 0:
-        signum = -returncode
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        return 128 + signum, f"command terminated by {name}"
-    return returncode, f"command exited with status {returncode}"
-
-
-def _prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
-    sandbox.mkdir(parents=True, exist_ok=True)
-    # A status left by an earlier run of this task id must not pass for this run's.
-    # (The STARTING checkpoint's directory fsync makes the removal durable.)
-    (sandbox / EXIT_FILE).unlink(missing_ok=True)
-    (sandbox / WRAPPER_FILE).unlink(missing_ok=True)
-    stdout = open(sandbox / "stdout", "wb")  # noqa: SIM115 - handed to the child, closed by the caller
-    try:
-        stderr = open(sandbox / "stderr", "wb")  # noqa: SIM115
-    except OSError:
-        stdout.close()
-        raise
-    return stdout, stderr
-
-
-def _checkpoint_record(t: _Task, final: TaskTransition | None) -> dict[str, Any]:
-    record: dict[str, Any] = {
-        "framework_id": t.framework_id,
-        "task": {
-            "task_id": t.spec.task_id,
-            "name": t.spec.name,
-            "command": t.spec.command,
-            "resources": t.spec.resources.to_dict(),
-            "agent_id": t.spec.agent_id,
-            "environment": t.spec.environment,
-        },
-        "run_id": t.run_id,
-        "pid": t.process.pid if t.process is not None else t.pid,
-        "pid_start_time": t.start_time,
-        "started": t.started,
-        "state": t.state.value,
-        "killing": t.kill_requested,
-    }
-    if final is not None:
-        record.update(
-            state=final.state.value,
-            finished=time.time(),
-            exit_code=final.exit_code,
-            message=final.message,
-        )
-    return record
-
-
-def _task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> _Task:
-    """A recovered `_Task` from a `task.json`; raises KeyError, TypeError or ValueError."""
-    spec = record["task"]
-    environment = spec.get("environment") or {}
-    resources = spec["resources"]
-    if not isinstance(environment, dict) or not isinstance(resources, dict):
-        raise TypeError("environment and resources must be objects")
-    task = TaskSpec(
-        task_id=_str(spec["task_id"]),
-        command=_str(spec["command"]),
-        resources=Resources(resources),
-        name=_str(spec.get("name", "")),
-        agent_id=_str(spec.get("agent_id", "")),
-        environment={_str(k): _str(v) for k, v in environment.items()},
-    )
-    pid, start_time = record.get("pid"), record.get("pid_start_time")
-    if pid is not None and not isinstance(pid, int):
-        raise TypeError("pid must be an integer")
-    if start_time is not None and not isinstance(start_time, int):
-        raise TypeError("pid_start_time must be an integer")
-    t = _Task(
-        _str(record["framework_id"]),
-        task,
-        sandbox,
-        _str(record.get("run_id", "")),
-        state=TaskState(record["state"]),
-        pid=pid,
-        start_time=start_time,
-        started=float(record.get("started") or 0.0),
-        kill_requested=bool(record.get("killing", False)),
-        recovered=True,
-        sandbox_ready=True,
-    )
-    if t.state.is_terminal:
-        # Which live state came last is not recorded once the task ended.
-        t.live_state = TaskState.RUNNING if pid is not None else TaskState.STARTING
-    elif pid is None:
-        t.state = t.live_state = TaskState.STARTING
-    else:
-        t.live_state = t.state
-    return t
-
-
-def _scan_checkpoints(sandboxes: Path) -> list[tuple[Path, dict[str, Any]]]:
-    found = []
-    for path in sorted(sandboxes.glob(f"*/*/{CHECKPOINT_FILE}")):
-        try:
-            record = read_json(path)
-        except (OSError, ValueError) as e:
-            log.warning("ignoring an unreadable task checkpoint", path=str(path), error=str(e))
-            continue
-        if record is not None:
-            found.append((path.parent, record))
-    return found
-
-
-def _str(value: Any) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected a string, got {type(value).__name__}")
-    return value
+__all__ = [
+    "CHECKPOINT_FILE",
+    "EXIT_FILE",
+    "WRAPPER_FILE",
+    "StatusCallback",
+    "TaskRunner",
+    "TaskTransition",
+]

@@ -1,0 +1,225 @@
+"""A task as the agent keeps it: its record in memory, and that record on disk.
+
+`TaskRecord` is what the task runner (`agent/tasks.py`) knows of one run of a
+task; `checkpoint_record` and `task_from_checkpoint` turn it into the
+`task.json` a restarted agent reads back, and `returncode_of` /
+`describe_exit` read the wrapper's `exit.json`. Nothing here starts, signals
+or waits for a process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from agent import _task_wrapper
+from agent._checkpoint import read_json
+from mesolite.model import RunningTask, TaskSpec, TaskState
+from mesolite.resources import Resources
+
+log = structlog.get_logger(__name__)
+
+CHECKPOINT_FILE = "task.json"
+EXIT_FILE = _task_wrapper.EXIT_FILE
+WRAPPER_FILE = _task_wrapper.WRAPPER_FILE
+
+
+@dataclass(frozen=True, slots=True)
+class TaskTransition:
+    """A task entered `state`; the agent turns this into a status update.
+
+    `run_id` names the launch the transition belongs to (a task id can be
+    launched again after it ended); empty for launches refused outright.
+    """
+
+    framework_id: str
+    task_id: str
+    state: TaskState
+    message: str = ""
+    exit_code: int | None = None
+    run_id: str = ""
+
+
+# May return an awaitable that resolves once the transition is durable.
+StatusCallback = Callable[[TaskTransition], Awaitable[None] | None]
+
+
+@dataclass(eq=False)
+class TaskRecord:
+    framework_id: str
+    spec: TaskSpec
+    sandbox: Path
+    run_id: str
+    state: TaskState = TaskState.STARTING
+    live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
+    process: asyncio.subprocess.Process | None = None  # only when this agent started it
+    pid: int | None = None  # the wrapper's, which is also the process group id
+    start_time: int | None = None  # the wrapper's, in clock ticks since boot
+    started: float = 0.0
+    kill_requested: bool = False
+    sigkilled: bool = False
+    recovered: bool = False  # found on disk by a restarted agent
+    sandbox_ready: bool = False
+    previous: asyncio.Task[None] | None = None  # an earlier run still finishing
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    lifecycle: asyncio.Task[None] | None = None
+    escalation: asyncio.Task[None] | None = None
+    checkpoint_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.framework_id, self.spec.task_id)
+
+
+@dataclass(frozen=True, slots=True)
+class EndedTask:
+    task: RunningTask
+    run_id: str
+    lifecycle: asyncio.Task[None] | None
+
+
+def new_run_id() -> str:
+    return uuid.uuid4().hex
+
+
+def check_id(kind: str, value: str) -> str | None:
+    """Why `value` cannot name a sandbox directory, or None if it can."""
+    if not value or value in (".", "..") or "/" in value or "\0" in value:
+        return f"invalid {kind} {value!r}: must be non-empty, not '.' or '..', without '/'"
+    return None
+
+
+def returncode_of(record: dict[str, Any] | None) -> int | None:
+    """The command's return code as `subprocess` gives it (-N for signal N)."""
+    if record is None:
+        return None
+    code, signum = record.get("exit_code"), record.get("signal")
+    if isinstance(code, int):
+        return code
+    if isinstance(signum, int):
+        return -signum
+    return None
+
+
+def describe_exit(returncode: int) -> tuple[int, str]:
+    if returncode < 0:
+        signum = -returncode
+        try:
+            name = signal.Signals(signum).name
+        except ValueError:
+            name = f"signal {signum}"
+        return 128 + signum, f"command terminated by {name}"
+    return returncode, f"command exited with status {returncode}"
+
+
+def prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
+    sandbox.mkdir(parents=True, exist_ok=True)
+    # A status left by an earlier run of this task id must not pass for this run's.
+    # (The STARTING checkpoint's directory fsync makes the removal durable.)
+    (sandbox / EXIT_FILE).unlink(missing_ok=True)
+    (sandbox / WRAPPER_FILE).unlink(missing_ok=True)
+    stdout = open(sandbox / "stdout", "wb")  # noqa: SIM115 - handed to the child, closed by the caller
+    try:
+        stderr = open(sandbox / "stderr", "wb")  # noqa: SIM115
+    except OSError:
+        stdout.close()
+        raise
+    return stdout, stderr
+
+
+def checkpoint_record(t: TaskRecord, final: TaskTransition | None) -> dict[str, Any]:
+    record: dict[str, Any] = {
+        "framework_id": t.framework_id,
+        "task": {
+            "task_id": t.spec.task_id,
+            "name": t.spec.name,
+            "command": t.spec.command,
+            "resources": t.spec.resources.to_dict(),
+            "agent_id": t.spec.agent_id,
+            "environment": t.spec.environment,
+        },
+        "run_id": t.run_id,
+        "pid": t.process.pid if t.process is not None else t.pid,
+        "pid_start_time": t.start_time,
+        "started": t.started,
+        "state": t.state.value,
+        "killing": t.kill_requested,
+    }
+    if final is not None:
+        record.update(
+            state=final.state.value,
+            finished=time.time(),
+            exit_code=final.exit_code,
+            message=final.message,
+        )
+    return record
+
+
+def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRecord:
+    """A recovered `TaskRecord` from a `task.json`; raises KeyError, TypeError or ValueError."""
+    spec = record["task"]
+    environment = spec.get("environment") or {}
+    resources = spec["resources"]
+    if not isinstance(environment, dict) or not isinstance(resources, dict):
+        raise TypeError("environment and resources must be objects")
+    task = TaskSpec(
+        task_id=_str(spec["task_id"]),
+        command=_str(spec["command"]),
+        resources=Resources(resources),
+        name=_str(spec.get("name", "")),
+        agent_id=_str(spec.get("agent_id", "")),
+        environment={_str(k): _str(v) for k, v in environment.items()},
+    )
+    pid, start_time = record.get("pid"), record.get("pid_start_time")
+    if pid is not None and not isinstance(pid, int):
+        raise TypeError("pid must be an integer")
+    if start_time is not None and not isinstance(start_time, int):
+        raise TypeError("pid_start_time must be an integer")
+    t = TaskRecord(
+        _str(record["framework_id"]),
+        task,
+        sandbox,
+        _str(record.get("run_id", "")),
+        state=TaskState(record["state"]),
+        pid=pid,
+        start_time=start_time,
+        started=float(record.get("started") or 0.0),
+        kill_requested=bool(record.get("killing", False)),
+        recovered=True,
+        sandbox_ready=True,
+    )
+    if t.state.is_terminal:
+        # Which live state came last is not recorded once the task ended.
+        t.live_state = TaskState.RUNNING if pid is not None else TaskState.STARTING
+    elif pid is None:
+        t.state = t.live_state = TaskState.STARTING
+    else:
+        t.live_state = t.state
+    return t
+
+
+def scan_checkpoints(sandboxes: Path) -> list[tuple[Path, dict[str, Any]]]:
+    found = []
+    for path in sorted(sandboxes.glob(f"*/*/{CHECKPOINT_FILE}")):
+        try:
+            record = read_json(path)
+        except (OSError, ValueError) as e:
+            log.warning("ignoring an unreadable task checkpoint", path=str(path), error=str(e))
+            continue
+        if record is not None:
+            found.append((path.parent, record))
+    return found
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
