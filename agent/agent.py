@@ -46,10 +46,9 @@ import asyncio
 import contextlib
 import time
 import uuid
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 import grpc.aio
@@ -58,6 +57,8 @@ import structlog
 from agent import _wire as wire
 from agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
 from agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
+from agent._stream import Outbox, StreamEnd, heartbeats, read_event, write_loop
+from agent._stream import ended as stream_ended
 from agent._updates import StatusUpdates
 from agent.config import AgentConfig
 from agent.errors import AgentError, AgentRegistrationError
@@ -65,7 +66,7 @@ from agent.tasks import TaskRunner, TaskTransition
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import EMPTY, Resources
-from mesolite.v1 import agent_pb2, agent_pb2_grpc
+from mesolite.v1 import agent_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
@@ -73,16 +74,6 @@ log = structlog.get_logger(__name__)
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 _OUTBOX_SIZE = 256
 _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end the stream
-
-# Messages for the stream's writer; None asks it to half-close the stream.
-_Outbox: TypeAlias = "asyncio.Queue[agent_pb2.AgentCall | None]"
-
-
-@dataclass(frozen=True, slots=True)
-class _StreamEnd:
-    code: grpc.StatusCode
-    details: str
-    registered: bool  # whether the master had answered `registered` on this stream
 
 
 class Agent:
@@ -119,7 +110,7 @@ class Agent:
         self._started = False
         self._error: Exception | None = None
         self._run_task: asyncio.Task[None] | None = None
-        self._outbox: _Outbox | None = None
+        self._outbox: Outbox | None = None
 
     # Public surface.
 
@@ -281,7 +272,7 @@ class Agent:
                 async with asyncio.timeout(delay):
                     await self._stopping.wait()
 
-    async def _after_stream(self, end: _StreamEnd) -> None:
+    async def _after_stream(self, end: StreamEnd) -> None:
         bound = log.bind(agent_id=self._agent_id, code=end.code.name, details=end.details)
         if end.code == grpc.StatusCode.FAILED_PRECONDITION:
             bound.warning("master removed this agent; killing its tasks to register as new")
@@ -309,7 +300,7 @@ class Agent:
         self._agent_id = self._saved_agent_id = None
         _bind_agent_id(None)
 
-    async def _close(self, session: asyncio.Task[_StreamEnd]) -> None:
+    async def _close(self, session: asyncio.Task[StreamEnd]) -> None:
         """Stop requested while connected: let the master hear how the tasks ended."""
         if self._registered.is_set():
             log.info("stopping: killing tasks and flushing their updates", agent_id=self._agent_id)
@@ -341,11 +332,11 @@ class Agent:
 
     # One stream.
 
-    async def _session(self, stub: Any) -> _StreamEnd:
+    async def _session(self, stub: Any) -> StreamEnd:
         call = stub.Connect()
-        outbox: _Outbox = asyncio.Queue(_OUTBOX_SIZE)
+        outbox: Outbox = asyncio.Queue(_OUTBOX_SIZE)
         self._outbox = outbox
-        helpers = [asyncio.create_task(_write_loop(call, outbox))]
+        helpers = [asyncio.create_task(write_loop(call, outbox))]
         registered = False
         try:
             tasks = self._registration_tasks()
@@ -364,21 +355,21 @@ class Agent:
                 async with asyncio.timeout(self._registration_timeout):
                     event = await self._await_registered(call)
             except TimeoutError:
-                return _StreamEnd(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to register", False)
+                return StreamEnd(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to register", False)
             if event is None:
-                return await _ended(call, registered)
+                return await stream_ended(call, registered)
             await self._on_registered(event)
             registered = True
             interval = event.heartbeat_interval
             if interval <= 0:
                 interval = DEFAULT_HEARTBEAT_INTERVAL
-            helpers.append(asyncio.create_task(_heartbeats(outbox, interval)))
+            helpers.append(asyncio.create_task(heartbeats(outbox, interval)))
             helpers.append(asyncio.create_task(self._send_updates(outbox)))
-            while (msg := await _read(call)) is not None:
+            while (msg := await read_event(call)) is not None:
                 self._handle(wire.event_from_proto(msg))
-            return await _ended(call, registered)
+            return await stream_ended(call, registered)
         except grpc.aio.AioRpcError as e:
-            return _StreamEnd(e.code(), e.details() or "", registered)
+            return StreamEnd(e.code(), e.details() or "", registered)
         finally:
             self._registered.clear()
             self._outbox = None
@@ -396,7 +387,7 @@ class Agent:
         applied; a launch is refused (reported TASK_FAILED), since this agent
         has no confirmed identity yet to run it under.
         """
-        while (message := await _read(call)) is not None:
+        while (message := await read_event(call)) is not None:
             event = wire.event_from_proto(message)
             if isinstance(event, wire.Registered) and event.agent_id:
                 return event
@@ -579,7 +570,7 @@ class Agent:
         self._updates_changed.set()
         self._acked.set()
 
-    async def _send_updates(self, outbox: _Outbox) -> None:
+    async def _send_updates(self, outbox: Outbox) -> None:
         loop = asyncio.get_running_loop()
         while True:
             # Cleared before looking, so a change made while we send is not missed.
@@ -609,33 +600,3 @@ def _bind_agent_id(agent_id: str | None) -> None:
     # and copied into the tasks it creates, so agents sharing a process (tests)
     # keep their own ids; tasks created earlier keep the id they started with.
     structlog.contextvars.bind_contextvars(agent_id=agent_id)
-
-
-async def _read(call: Any) -> agent_pb2.AgentEvent | None:
-    msg = await call.read()
-    return None if msg is grpc.aio.EOF else msg
-
-
-async def _ended(call: Any, registered: bool) -> _StreamEnd:
-    return _StreamEnd(await call.code(), await call.details() or "", registered)
-
-
-async def _write_loop(call: Any, outbox: _Outbox) -> None:
-    """The stream's only writer: grpc.aio allows one write in flight per call."""
-    while True:
-        msg = await outbox.get()
-        try:
-            if msg is None:
-                await call.done_writing()
-                return
-            await call.write(msg)
-        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-            # The reader sees the stream's status and ends the session.
-            log.debug("stream closed for writing", error=repr(e))
-            return
-
-
-async def _heartbeats(outbox: _Outbox, interval: float) -> None:
-    while True:
-        await asyncio.sleep(interval)
-        await outbox.put(wire.heartbeat_call())
