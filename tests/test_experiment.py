@@ -11,15 +11,14 @@ from pathlib import Path
 from framework_sdk import Offer, Resources, TaskSpec
 from mesolite.cli import build_parser
 from mesolite.lab.drf_reference import asset_fairness, drf
-from mesolite.lab.experiment import (
+from mesolite.lab.experiment import comparison, run_and_write
+from mesolite.lab.experiment_model import (
     CSV_FIELDS,
     JOBS,
     PAPER_PHASES,
     ExperimentConfig,
     best_packing,
-    comparison,
     equilibrium,
-    run_and_write,
 )
 from mesolite.lab.phased_job import PhasedJob
 

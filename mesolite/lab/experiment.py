@@ -54,171 +54,37 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import csv
 import dataclasses
 import math
 import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from agent import Agent, AgentConfig
 from master.master import MasterConfig
-from master.policies import POLICIES, make_policy
-from master.policies.slots import DEFAULT_SLOT
+from master.policies import POLICIES
 from master.server import MasterServer
-from mesolite.lab.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
-from mesolite.lab.phased_job import JobStats, PhasedJob
-from mesolite.resources import EMPTY, Resources
+from mesolite.lab.experiment_model import (
+    JOBS,
+    ExperimentConfig,
+    RunResult,
+    Sample,
+)
+from mesolite.lab.experiment_report import (
+    PhaseRow,
+    fmt_resources,
+    format_table,
+    phase_rows,
+    read_csv,
+    write_csv,
+)
+from mesolite.lab.phased_job import PhasedJob
+from mesolite.resources import Resources
 from mesolite.snapshot import FrameworkSnapshot
-
-AGENT_RESOURCES = Resources(cpus=4, mem=14336)  # the paper's 4 CPUs and 14 GB per node
-JOBS = ("job1", "job2")
-# Per-task demand of (job1, job2) in each phase, as in the paper.
-PAPER_PHASES: tuple[tuple[Resources, Resources], ...] = (
-    (Resources(cpus=1, mem=10240), Resources(cpus=1, mem=1024)),
-    (Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)),
-    (Resources(cpus=1, mem=7168), Resources(cpus=1, mem=4096)),
-)
-CSV_FIELDS = (
-    "time_s",
-    "phase",
-    "job",
-    "cpu_share",
-    "mem_share",
-    "dominant_share",
-    "tasks",
-    "allocated_share",
-)
-
-
-@dataclass(frozen=True, slots=True)
-class ExperimentConfig:
-    policy: str = "drf"
-    agents: int = 48
-    agent_resources: Resources = AGENT_RESOURCES
-    phases: tuple[tuple[Resources, Resources], ...] = PAPER_PHASES
-    phase_seconds: float = 20.0
-    task_seconds: tuple[float, float] = (4.0, 8.0)
-    sample_interval: float = 0.5
-    seed: int = 1
-    hold_seconds: float = 2.0  # how long a job keeps an offer too small for a task
-    progress_every: float = 5.0  # seconds between progress lines; 0: none
-
-    @property
-    def cluster(self) -> Resources:
-        total = EMPTY
-        for _ in range(self.agents):
-            total = total + self.agent_resources
-        return total
-
-    @property
-    def duration(self) -> float:
-        return self.phase_seconds * len(self.phases)
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    time_s: float
-    phase: int  # 1-based
-    job: str
-    cpu_share: float
-    mem_share: float
-    dominant_share: float
-    tasks: int
-    # Dominant share of the job's tasks *and* outstanding offers: what the allocator
-    # counts (offers included), where the shares above count tasks only.
-    allocated_share: float = 0.0
-
-
-@dataclass(slots=True)
-class RunResult:
-    config: ExperimentConfig
-    samples: list[Sample] = field(default_factory=list)
-    stats: dict[str, JobStats] = field(default_factory=dict)
-
-
-# -- references computed from the demands ---------------------------------------------------
-
-
-def _vector(resources: Resources) -> dict[str, float]:
-    return dict(resources)
-
-
-def equilibrium(policy: str, cluster: Resources, demands: Sequence[Resources]) -> FairAllocation:
-    """The policy's fractional equilibrium for jobs `JOBS` with per-task `demands`.
-
-    Tasks are divisible and the cluster is one pool, as in the DRF paper's analysis.
-    """
-    capacity = _vector(cluster)
-    users = {job: _vector(d) for job, d in zip(JOBS, demands, strict=True)}
-    if policy == "drf":
-        return drf(capacity, users)
-    if policy == "asset":
-        return asset_fairness(capacity, users)
-    if policy == "slots":
-        # Slot fair sharing raises every job's slot count at the same rate: progressive
-        # filling on slots per task, i.e. weighted DRF with weight dominant/slots per task
-        # (the slot policy's rounding up of a job's total is ignored: divisible tasks).
-        slot = _vector(DEFAULT_SLOT)
-        weights = {}
-        for job, d in users.items():
-            dominant = max(to_fraction(a) / to_fraction(capacity[r]) for r, a in d.items())
-            slots = max(to_fraction(d.get(r, 0.0)) / to_fraction(s) for r, s in slot.items())
-            weights[job] = dominant / slots
-        return drf(capacity, users, weights=weights)
-    raise ValueError(f"unknown policy {policy!r}")
-
-
-def best_packing(
-    policy: str, agent: Resources, agents: int, demands: Sequence[Resources]
-) -> tuple[int, int]:
-    """Whole tasks of two jobs on `agents` separate agents that maximise the lower policy share.
-
-    Among all placements (each agent holding whatever whole tasks fit in it), the task
-    counts (n1, n2) whose lower share under `policy` is highest, ties going to the
-    higher other share: the best any allocator could do with whole tasks.
-    """
-    d1, d2 = demands
-    configs: list[tuple[int, int]] = []
-    n1 = 0
-    while agent.contains(_times(d1, n1)):
-        n2 = 0
-        while agent.contains(_times(d1, n1) + _times(d2, n2 + 1)):
-            n2 += 1
-        configs.append((n1, n2))  # the most job2 tasks that fit beside n1 of job1
-        n1 += 1
-    # most[x] = the most job2 tasks the agents so far can hold beside exactly x of job1.
-    most: dict[int, int] = {0: 0}
-    for _ in range(agents):
-        step: dict[int, int] = {}
-        for x, y in most.items():
-            for c1, c2 in configs:
-                if step.get(x + c1, -1) < y + c2:
-                    step[x + c1] = y + c2
-        most = step
-    share = make_policy(policy).share
-    total = _times(agent, agents)
-
-    def rank(point: tuple[int, int]) -> tuple[float, float]:
-        s = sorted((share(_times(d1, point[0]), total), share(_times(d2, point[1]), total)))
-        return (s[0], s[1])
-
-    return max(most.items(), key=rank)
-
-
-def _times(resources: Resources, n: int) -> Resources:
-    return Resources({name: amount * n for name, amount in resources.items()})
-
-
-def dominant_share(resources: Resources, cluster: Resources) -> float:
-    return max(resources.shares(cluster).values(), default=0.0)
-
-
-# -- the run -----------------------------------------------------------------------------------
 
 
 async def run_dynamic_sharing(
@@ -330,7 +196,7 @@ async def _sample(
                 await job.set_phase(phase)
             out(
                 f"[{now:5.1f}s] phase {phase + 1}: "
-                + ", ".join(f"{job.name} tasks now {_fmt_resources(job.demand)}" for job in jobs)
+                + ", ".join(f"{job.name} tasks now {fmt_resources(job.demand)}" for job in jobs)
             )
         held = usage()
         line = []
@@ -369,166 +235,6 @@ async def _wait_for(predicate: Callable[[], bool], timeout: float, what: str) ->
 
 
 # -- analysis ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PhaseRow:
-    """One job in one phase: measured averages next to the references."""
-
-    phase: int
-    job: str
-    demand: Resources
-    samples: int
-    tasks: float
-    cpu_share: float
-    mem_share: float
-    dominant_share: float
-    allocated_share: float
-    eq_tasks: float
-    eq_cpu_share: float
-    eq_mem_share: float
-    eq_dominant_share: float
-    packed_tasks: int
-    packed_dominant_share: float
-
-    @property
-    def difference_pp(self) -> float:
-        """Measured minus equilibrium dominant share, in percentage points."""
-        return 100 * (self.dominant_share - self.eq_dominant_share)
-
-    @property
-    def packing_gap_pp(self) -> float:
-        """Best whole-task packing minus equilibrium dominant share, in percentage points."""
-        return 100 * (self.packed_dominant_share - self.eq_dominant_share)
-
-
-def phase_rows(config: ExperimentConfig, samples: Iterable[Sample]) -> list[PhaseRow]:
-    """Per phase and job: averages over the phase's second half, with the references."""
-    cluster = config.cluster
-    by_key: dict[tuple[int, str], list[Sample]] = {}
-    for s in samples:
-        start = (s.phase - 1) * config.phase_seconds
-        if start + config.phase_seconds / 2 <= s.time_s < start + config.phase_seconds:
-            by_key.setdefault((s.phase, s.job), []).append(s)
-    rows: list[PhaseRow] = []
-    for p, demands in enumerate(config.phases, start=1):
-        eq = equilibrium(config.policy, cluster, demands)
-        packed = best_packing(config.policy, config.agent_resources, config.agents, demands)
-        for job, demand, n in zip(JOBS, demands, packed, strict=True):
-            got = by_key.get((p, job), [])
-            count = max(len(got), 1)
-            shares = {r: float(a / eq.capacity[r]) for r, a in eq.allocation(job).items()}
-            rows.append(
-                PhaseRow(
-                    phase=p,
-                    job=job,
-                    demand=demand,
-                    samples=len(got),
-                    tasks=sum(s.tasks for s in got) / count,
-                    cpu_share=sum(s.cpu_share for s in got) / count,
-                    mem_share=sum(s.mem_share for s in got) / count,
-                    dominant_share=sum(s.dominant_share for s in got) / count,
-                    allocated_share=sum(s.allocated_share for s in got) / count,
-                    eq_tasks=float(eq.tasks[job]),
-                    eq_cpu_share=shares.get("cpus", 0.0),
-                    eq_mem_share=shares.get("mem", 0.0),
-                    eq_dominant_share=float(eq.dominant_shares[job]),
-                    packed_tasks=n,
-                    packed_dominant_share=dominant_share(_times(demand, n), cluster),
-                )
-            )
-    return rows
-
-
-def format_table(config: ExperimentConfig, rows: Sequence[PhaseRow]) -> str:
-    reference = {
-        "drf": "DRF equilibrium (mesolite.lab.drf_reference.drf)",
-        "asset": "asset-fairness equilibrium (mesolite.lab.drf_reference.asset_fairness)",
-        "slots": "slot-fair-sharing equilibrium (progressive filling on slots)",
-    }[config.policy]
-    half = config.phase_seconds / 2
-    lines = [
-        f"policy {config.policy}: averages over the second half of each phase, "
-        f"next to the {reference}",
-        "  measured shares count tasks; 'alloc' is the dominant share of tasks plus "
-        "outstanding offers, which the allocator counts; 'diff': measured minus equilibrium "
-        "dominant share;\n  'packing': the best whole-task placement on the separate agents "
-        "(tasks = dominant share).",
-    ]
-    header = (
-        f"  {'job':<5} {'task':<15} | {'measured: tasks':>15} {'cpu':>6} {'mem':>6} "
-        f"{'dominant':>8} {'alloc':>6} | {'equilibrium: tasks':>18} {'cpu':>6} {'mem':>6} "
-        f"{'dominant':>8} | {'diff':>8} | {'packing':>13}"
-    )
-    for p in range(1, len(config.phases) + 1):
-        start = (p - 1) * config.phase_seconds
-        lines.append(
-            f"phase {p} ({start:g}-{start + config.phase_seconds:g}s, averaged over "
-            f"{start + half:g}-{start + config.phase_seconds:g}s)"
-        )
-        lines.append(header)
-        phase = [r for r in rows if r.phase == p]
-        for r in phase:
-            lines.append(
-                f"  {r.job:<5} {_fmt_resources(r.demand):<15} | {r.tasks:>15.1f} "
-                f"{r.cpu_share:>6.1%} {r.mem_share:>6.1%} {r.dominant_share:>8.1%} "
-                f"{r.allocated_share:>6.1%} | {r.eq_tasks:>18.1f} {r.eq_cpu_share:>6.1%} "
-                f"{r.eq_mem_share:>6.1%} {r.eq_dominant_share:>8.1%} | "
-                f"{r.difference_pp:>+6.1f}pp | "
-                f"{r.packed_tasks:>3d} = {r.packed_dominant_share:>5.1%}"
-            )
-        lines.append(
-            f"  cluster used by tasks: cpu {sum(r.cpu_share for r in phase):.1%}, "
-            f"mem {sum(r.mem_share for r in phase):.1%} (equilibrium: cpu "
-            f"{sum(r.eq_cpu_share for r in phase):.1%}, mem "
-            f"{sum(r.eq_mem_share for r in phase):.1%})"
-        )
-    return "\n".join(lines)
-
-
-def _fmt_resources(r: Resources) -> str:
-    cpus = r.get_amount("cpus")
-    mem = r.get_amount("mem") / 1024
-    return f"<{cpus:g} CPU{'s' if cpus != 1 else ''}, {mem:g} GB>"
-
-
-# -- files ------------------------------------------------------------------------------------
-
-
-def write_csv(path: Path, samples: Iterable[Sample]) -> None:
-    with path.open("w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(CSV_FIELDS)
-        for s in samples:
-            writer.writerow(
-                [
-                    f"{s.time_s:.3f}",
-                    s.phase,
-                    s.job,
-                    f"{s.cpu_share:.5f}",
-                    f"{s.mem_share:.5f}",
-                    f"{s.dominant_share:.5f}",
-                    s.tasks,
-                    f"{s.allocated_share:.5f}",
-                ]
-            )
-
-
-def read_csv(path: Path) -> list[Sample]:
-    with path.open(newline="") as f:
-        return [
-            Sample(
-                time_s=float(row["time_s"]),
-                phase=int(row["phase"]),
-                job=row["job"],
-                cpu_share=float(row["cpu_share"]),
-                mem_share=float(row["mem_share"]),
-                dominant_share=float(row["dominant_share"]),
-                tasks=int(row["tasks"]),
-                allocated_share=float(row.get("allocated_share") or 0.0),
-            )
-            for row in csv.DictReader(f)
-        ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -575,7 +281,7 @@ def describe(config: ExperimentConfig) -> str:
     low, high = config.task_seconds
     return (
         f"dynamic sharing, policy {config.policy}: {config.agents} agents of "
-        f"{_fmt_resources(config.agent_resources)} (cluster {_fmt_resources(config.cluster)}), "
+        f"{fmt_resources(config.agent_resources)} (cluster {fmt_resources(config.cluster)}), "
         f"{len(config.phases)} phases of {config.phase_seconds:g}s, tasks of {low:g}-{high:g}s, "
         f"offers too small held {config.hold_seconds:g}s, seed {config.seed}"
     )

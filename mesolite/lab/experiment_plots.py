@@ -7,16 +7,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from mesolite.lab.experiment import (
+from mesolite.lab.experiment_model import (
     JOBS,
     ExperimentConfig,
     Sample,
-    _fmt_resources,
-    _times,
     best_packing,
     dominant_share,
     equilibrium,
+    times,
 )
+from mesolite.lab.experiment_report import fmt_resources
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -42,7 +42,7 @@ def plot_run(path: Path, config: ExperimentConfig, samples: Sequence[Sample]) ->
     axes[0].legend(loc="upper right")
     axes[0].set_title(
         f"Dynamic sharing under {config.policy}: {config.agents} agents of "
-        f"{_fmt_resources(config.agent_resources)}\n(dashed: the {config.policy} equilibrium; "
+        f"{fmt_resources(config.agent_resources)}\n(dashed: the {config.policy} equilibrium; "
         "dotted: the best whole-task packing)",
         fontsize=10,
     )
@@ -135,7 +135,7 @@ def _packing_levels(config: ExperimentConfig) -> list[dict[str, float]]:
         packed = best_packing(config.policy, config.agent_resources, config.agents, demands)
         levels.append(
             {
-                job: dominant_share(_times(d, n), config.cluster)
+                job: dominant_share(times(d, n), config.cluster)
                 for job, d, n in zip(JOBS, demands, packed, strict=True)
             }
         )
