@@ -1,6 +1,6 @@
 """A task as the agent keeps it: its record in memory, and that record on disk.
 
-`TaskRecord` is what the task runner (`agent/tasks.py`) knows of one run of a
+`TaskRun` is what the task runner (`agent/tasks.py`) knows of one run of a
 task; `checkpoint_record` and `task_from_checkpoint` turn it into the
 `task.json` a restarted agent reads back, and `returncode_of` /
 `describe_exit` read the wrapper's `exit.json`. Nothing here starts, signals
@@ -53,7 +53,7 @@ StatusCallback = Callable[[TaskTransition], Awaitable[None] | None]
 
 
 @dataclass(eq=False)
-class TaskRecord:
+class TaskRun:
     framework_id: str
     spec: TaskSpec
     sandbox: Path
@@ -135,7 +135,7 @@ def prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
     return stdout, stderr
 
 
-def checkpoint_record(t: TaskRecord, final: TaskTransition | None) -> dict[str, Any]:
+def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any]:
     record: dict[str, Any] = {
         "framework_id": t.framework_id,
         "task": {
@@ -163,8 +163,8 @@ def checkpoint_record(t: TaskRecord, final: TaskTransition | None) -> dict[str, 
     return record
 
 
-def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRecord:
-    """A recovered `TaskRecord` from a `task.json`; raises KeyError, TypeError or ValueError."""
+def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRun:
+    """A recovered `TaskRun` from a `task.json`; raises KeyError, TypeError or ValueError."""
     spec = record["task"]
     environment = spec.get("environment") or {}
     resources = spec["resources"]
@@ -183,7 +183,7 @@ def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRecord:
         raise TypeError("pid must be an integer")
     if start_time is not None and not isinstance(start_time, int):
         raise TypeError("pid_start_time must be an integer")
-    t = TaskRecord(
+    t = TaskRun(
         _str(record["framework_id"]),
         task,
         sandbox,

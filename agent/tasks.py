@@ -73,7 +73,7 @@ from agent._task_records import (
     WRAPPER_FILE,
     EndedTask,
     StatusCallback,
-    TaskRecord,
+    TaskRun,
     TaskTransition,
     check_id,
     checkpoint_record,
@@ -114,7 +114,7 @@ class TaskRunner:
         self._on_status = on_status
         self._grace = kill_grace_period
         self._shell = shell
-        self._tasks: dict[tuple[str, str], TaskRecord] = {}
+        self._tasks: dict[tuple[str, str], TaskRun] = {}
         self._ended: dict[tuple[str, str], EndedTask] = {}
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
@@ -160,9 +160,7 @@ class TaskRunner:
             bound.warning("launch rejected", reason=problem)
             self._report(TaskTransition(framework_id, task.task_id, TaskState.FAILED, problem))
             return False
-        t = TaskRecord(
-            framework_id, task, self.sandbox_path(framework_id, task.task_id), new_run_id()
-        )
+        t = TaskRun(framework_id, task, self.sandbox_path(framework_id, task.task_id), new_run_id())
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
         self._tasks[key] = t
@@ -250,12 +248,12 @@ class TaskRunner:
             return None
 
     def _transition(
-        self, t: TaskRecord, state: TaskState, message: str = "", exit_code: int | None = None
+        self, t: TaskRun, state: TaskState, message: str = "", exit_code: int | None = None
     ) -> TaskTransition:
         t.state = state
         return TaskTransition(t.framework_id, t.spec.task_id, state, message, exit_code, t.run_id)
 
-    async def _lifecycle(self, t: TaskRecord) -> None:
+    async def _lifecycle(self, t: TaskRun) -> None:
         try:
             if t.previous is not None:
                 # The earlier run's last checkpoint must land before this run's first.
@@ -277,7 +275,7 @@ class TaskRunner:
                 t.escalation.cancel()
         await self._finish(t, final)
 
-    async def _execute(self, t: TaskRecord) -> TaskTransition:
+    async def _execute(self, t: TaskRun) -> TaskTransition:
         """Run the task to its end and return its terminal transition."""
         try:
             stdout, stderr = await asyncio.to_thread(prepare_sandbox, t.sandbox)
@@ -342,7 +340,7 @@ class TaskRunner:
         t.exited.set()
         return await self._outcome(t, returncode, ended_while_down=False)
 
-    async def _watch(self, t: TaskRecord) -> TaskTransition:
+    async def _watch(self, t: TaskRun) -> TaskTransition:
         """A recovered task: wait for its wrapper if it still runs; return how it ended."""
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
         if t.pid is None:
@@ -376,7 +374,7 @@ class TaskRunner:
         bound.info("the task ended while the agent was down")
         return await self._outcome(t, None, ended_while_down=True)
 
-    async def _find_wrapper(self, t: TaskRecord) -> tuple[int, int] | None:
+    async def _find_wrapper(self, t: TaskRun) -> tuple[int, int] | None:
         """(pid, start time) of a task's wrapper that the last agent did not checkpoint."""
         for _ in range(2):
             try:
@@ -396,11 +394,11 @@ class TaskRunner:
         return None
 
     @staticmethod
-    def _wrapper_argv(t: TaskRecord) -> list[str]:
+    def _wrapper_argv(t: TaskRun) -> list[str]:
         return [sys.executable, "-I", str(_WRAPPER), str(t.sandbox)]
 
     async def _outcome(
-        self, t: TaskRecord, wrapper_returncode: int | None, *, ended_while_down: bool
+        self, t: TaskRun, wrapper_returncode: int | None, *, ended_while_down: bool
     ) -> TaskTransition:
         """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
         assert t.pid is not None
@@ -440,7 +438,7 @@ class TaskRunner:
             return self._transition(t, TaskState.KILLED, f"killed on request: {why}")
         return self._transition(t, TaskState.FAILED, why)
 
-    async def _finish(self, t: TaskRecord, final: TaskTransition) -> None:
+    async def _finish(self, t: TaskRun, final: TaskTransition) -> None:
         self._tasks.pop(t.key, None)
         self._ended[t.key] = EndedTask(
             RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, asyncio.current_task()
@@ -461,7 +459,7 @@ class TaskRunner:
         if t.sandbox_ready:
             await self._checkpoint(t, final)
 
-    def _environment(self, t: TaskRecord) -> dict[str, str]:
+    def _environment(self, t: TaskRun) -> dict[str, str]:
         env = {**os.environ, **t.spec.environment}
         # Set last so a task cannot be misled about where and what it is.
         env["MESOLITE_FRAMEWORK_ID"] = t.framework_id
@@ -471,7 +469,7 @@ class TaskRunner:
             env["MESOLITE_AGENT_ID"] = t.spec.agent_id
         return env
 
-    def _request_kill(self, t: TaskRecord) -> None:
+    def _request_kill(self, t: TaskRun) -> None:
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id)
         if t.kill_requested:
             bound.info("kill already in progress")
@@ -482,11 +480,11 @@ class TaskRunner:
             self._start_escalation(t)
         # Otherwise the task is still starting: `_execute` checks the flag.
 
-    def _start_escalation(self, t: TaskRecord) -> None:
+    def _start_escalation(self, t: TaskRun) -> None:
         if t.escalation is None and not t.exited.is_set():
             t.escalation = asyncio.create_task(self._escalate(t))
 
-    async def _escalate(self, t: TaskRecord) -> None:
+    async def _escalate(self, t: TaskRun) -> None:
         assert t.pid is not None
         pid = t.pid
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=pid)
@@ -505,7 +503,7 @@ class TaskRunner:
             t.sigkilled = True
             signal_group(pid, signal.SIGKILL)
 
-    async def _checkpoint(self, t: TaskRecord, final: TaskTransition | None = None) -> None:
+    async def _checkpoint(self, t: TaskRun, final: TaskTransition | None = None) -> None:
         # One writer at a time per task, each writing the state as of its turn,
         # so an older view can never land after a newer one.
         async with t.checkpoint_lock:

@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from mesolite.lab.demo_scenario import AGENT_RESOURCES, JOBS, phases
-from mesolite.lab.demo_table import NOTHING, Measured, Sample, measure, settled
+from mesolite.lab.demo_table import NOTHING, DemoSample, Measured, measure, settled
 from mesolite.resources import EMPTY, Resources
 from mesolite.snapshot import ClusterTotals, FrameworkSnapshot
 from tests.snapshots import empty_snapshot
@@ -107,7 +107,7 @@ def test_shares_are_measured_from_what_the_tasks_hold() -> None:
 def test_a_phase_is_judged_on_its_second_half() -> None:
     first = phases(30, CLUSTER)[0]  # 0-10 s
     samples = [
-        Sample(t, {"cpu-heavy": Measured(n, n / 30, 0.0, n / 30)})
+        DemoSample(t, {"cpu-heavy": Measured(n, n / 30, 0.0, n / 30)})
         for t, n in [(1.0, 0), (4.0, 10), (5.0, 18), (9.5, 20), (10.0, 12)]
     ]
     rows = [r for r in settled([first], samples) if r.job == "cpu-heavy"]

@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import pkgutil
 import tomllib
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+
+import agent
+import framework_sdk
+import master
+import mesolite
 
 pytestmark = pytest.mark.unit
 
@@ -26,3 +35,17 @@ def test_the_contract_covers_every_base_module() -> None:
         if (p.suffix == ".py" or (p / "__init__.py").exists()) and p.stem not in TOP
     }
     assert set(contract["source_modules"]) == base
+
+
+def test_no_two_public_classes_share_a_name() -> None:
+    """Names say which layer they belong to: one `Framework`, one `Agent`, ..."""
+    where: dict[str, set[str]] = defaultdict(set)
+    for package in (mesolite, master, agent, framework_sdk):
+        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+            if info.name.startswith("mesolite.v1"):
+                continue  # generated code
+            module = importlib.import_module(info.name)
+            for name, value in inspect.getmembers(module, inspect.isclass):
+                if value.__module__ == info.name and not name.startswith("_"):
+                    where[name].add(info.name)
+    assert {name: sorted(m) for name, m in where.items() if len(m) > 1} == {}

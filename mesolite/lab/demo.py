@@ -39,7 +39,7 @@ from master.server import MasterServer
 from mesolite import logs
 from mesolite.lab.demo_scenario import JOBS, DemoJob, Phase, describe_task, phases
 from mesolite.lab.demo_table import (
-    Sample,
+    DemoSample,
     live_view,
     measure,
     samples_csv,
@@ -132,7 +132,7 @@ class Demo:
         for _ in range(agents):
             self.cluster = self.cluster + agent_resources
         self.phases = phases(duration, self.cluster, jobs)
-        self.samples: list[Sample] = []
+        self.samples: list[DemoSample] = []
         self.status = {
             job.name: f"joins at {job.joins * duration:.0f}s" for job in jobs if job.joins > 0
         }
@@ -232,7 +232,7 @@ class Demo:
                     current = upcoming.pop(0)
                     await self._enter(current, elapsed, server, live.console)
                 measured = measure(server.snapshot(), names)
-                self.samples.append(Sample(elapsed, measured))
+                self.samples.append(DemoSample(elapsed, measured))
                 for name in sorted(self.finishing):
                     if measured[name].tasks == 0:
                         await self._retire(name, elapsed, live.console)

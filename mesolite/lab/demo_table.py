@@ -34,7 +34,7 @@ NOTHING = Measured(0, 0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class DemoSample:
     time: float  # seconds into the run
     jobs: Mapping[str, Measured]
 
@@ -75,7 +75,7 @@ class Settled:
     expected_share: float
 
 
-def settled(phases: Sequence[Phase], samples: Sequence[Sample]) -> list[Settled]:
+def settled(phases: Sequence[Phase], samples: Sequence[DemoSample]) -> list[Settled]:
     rows: list[Settled] = []
     for phase in phases:
         start = (phase.start + phase.end) / 2
@@ -193,7 +193,7 @@ def summary_table(rows: Sequence[Settled], phases: Sequence[Phase]) -> Table:
 CSV_HEADER = "time_s,job,tasks,cpu_share,mem_share,dominant_share,allocated_share"
 
 
-def samples_csv(samples: Sequence[Sample]) -> str:
+def samples_csv(samples: Sequence[DemoSample]) -> str:
     """Every sample, one line per job, for a closer look than the table gives."""
     lines = [CSV_HEADER]
     for sample in samples:
