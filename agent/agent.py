@@ -154,7 +154,6 @@ class Agent:
         if self._started:
             raise RuntimeError("an Agent can run only once")
         self._started = True
-        channel = create_channel(self._master)
         writer = asyncio.create_task(self._writer.run(), name="mesolite-agent-journal")
         log.info(
             "agent starting",
@@ -165,7 +164,7 @@ class Agent:
         )
         try:
             await self._recover()
-            await self._serve(agent_pb2_grpc.AgentGatewayStub(channel))
+            await self._serve()
         except Exception as e:
             self._error = e
             raise
@@ -176,7 +175,6 @@ class Agent:
             await self._writer.flush()
             writer.cancel()
             await asyncio.gather(writer, return_exceptions=True)
-            await channel.close()
             self._done.set()
             log.info("agent stopped", agent_id=self._agent_id)
 
@@ -245,22 +243,30 @@ class Agent:
 
     # The connection loop.
 
-    async def _serve(self, stub: Any) -> None:
+    async def _serve(self) -> None:
         failures = 0
         while not self._stopping.is_set():
+            # A new channel for every attempt, so that our backoff alone decides when to
+            # try again: a channel whose connection failed fails calls at once until gRPC's
+            # own reconnect backoff has passed, and each such failure would cost another
+            # of our delays (agents came back after a master restart only after the
+            # re-registration window had closed, and lost their tasks).
+            channel = create_channel(self._master)
+            stub = agent_pb2_grpc.AgentGatewayStub(channel)
             session = asyncio.create_task(self._session(stub), name="mesolite-agent-stream")
             stopping = asyncio.create_task(self._stopping.wait())
             try:
                 await asyncio.wait({session, stopping}, return_when=asyncio.FIRST_COMPLETED)
+                if not session.done():
+                    await self._close(session)
+                    return
             except BaseException:
                 session.cancel()
                 await asyncio.gather(session, return_exceptions=True)
                 raise
             finally:
                 stopping.cancel()
-            if not session.done():
-                await self._close(session)
-                return
+                await channel.close()
             end = session.result()
             if end.registered:
                 failures = 0

@@ -5,6 +5,7 @@
     python scripts/fault_injection.py --runs 1000 --out runs.jsonl --shard 0/2 &
     python scripts/fault_injection.py --runs 1000 --out runs.jsonl --shard 1/2 &
     python scripts/fault_injection.py --summary runs.jsonl
+    python scripts/fault_injection.py --seeds 207 --keep-failed failed/   # logs of a failure
 
 A benchmark-style script: it prints one line per run and the totals, and exits
 1 if any run had a violation (each is printed). With `--out`, each run's
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 from collections import Counter
@@ -69,11 +71,16 @@ def load(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-async def main_async(seeds: list[int], faults: int, out: Path | None) -> int:
+async def main_async(
+    seeds: list[int], faults: int, out: Path | None, keep_failed: Path | None
+) -> int:
     runs: list[dict[str, Any]] = []
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-") as tmp:
             report = await run_chaos(Path(tmp), seed, faults)
+            if report.violations and keep_failed is not None:
+                # The logs of every process of the run, to find out why.
+                shutil.copytree(tmp, keep_failed / f"seed-{seed}", dirs_exist_ok=True)
         print(report.line(), flush=True)
         for v in report.violations:
             print(f"    violation: {v}", flush=True)
@@ -95,6 +102,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, help="append each run's figures (JSON lines)")
     parser.add_argument("--shard", default="0/1", help="K/N: only seeds with seed %% N == K")
     parser.add_argument("--summary", type=Path, help="print the totals of a --out file and exit")
+    parser.add_argument(
+        "--keep-failed",
+        type=Path,
+        help="copy the work dir (all logs) of a run with violations here",
+    )
     args = parser.parse_args()
     if args.summary:
         print(summarize(load(args.summary)))
@@ -104,7 +116,7 @@ def main() -> int:
     seeds = args.seeds if args.seeds else list(range(args.runs))
     done = {run["seed"] for run in load(args.out)} if args.out else set()
     seeds = [s for s in seeds if s % n == k and s not in done]
-    return asyncio.run(main_async(seeds, args.faults, args.out))
+    return asyncio.run(main_async(seeds, args.faults, args.out, args.keep_failed))
 
 
 if __name__ == "__main__":

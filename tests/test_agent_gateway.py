@@ -459,6 +459,46 @@ async def test_reconnects_to_a_restarted_master(tmp_path: Path) -> None:
             await agent.stop()
 
 
+async def test_a_master_back_after_an_outage_is_reached_on_the_next_attempt(
+    tmp_path: Path,
+) -> None:
+    """Each attempt uses a fresh channel: one whose connections kept failing would fail
+    calls at once for up to gRPC's own reconnect backoff (2 s here), costing a whole
+    extra delay of ours each time, so an agent could miss the re-registration window
+    after a master restart."""
+    attempts = 0
+
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal attempts
+        attempts += 1
+        writer.transport.abort()  # like a master that is not up yet
+
+    async with contextlib.AsyncExitStack() as stack:
+        first = FakeMaster()
+        first_server = contextlib.AsyncExitStack()
+        stack.push_async_callback(first_server.aclose)
+        await first_server.enter_async_context(fake_master_server(first))
+        delay = 0.6
+        agent = await stack.enter_async_context(
+            make_agent(first, tmp_path, reconnect_backoff=Backoff(delay, delay, jitter=0.0))
+        )
+        await within(agent.wait_registered())
+        port = int(first.address.rsplit(":", 1)[1])
+        await first_server.aclose()
+
+        down = await asyncio.start_server(refuse, "127.0.0.1", port)
+        await wait_for_condition(lambda: attempts >= 6, timeout=30, what="6 refused attempts")
+        down.close()
+        await down.wait_closed()
+        second = FakeMaster()
+        async with fake_master_server(second, port):
+            back = asyncio.get_running_loop().time()
+            await second.wait_streams(1)
+            took = asyncio.get_running_loop().time() - back
+            assert took < delay + 0.8, f"re-registered {took:.2f}s after the master was back"
+            await agent.stop()
+
+
 async def test_stop_kills_tasks_and_delivers_their_final_updates(
     master: FakeMaster, tmp_path: Path
 ) -> None:
