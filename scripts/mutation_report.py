@@ -67,22 +67,29 @@ def main() -> int:
         elif status != "killed":
             open_survivors.append(name)
 
-    print(f"{'file':32} {'mutants':>7} {'killed':>6} {'survived':>8} {'no tests':>8} "
-          f"{'other':>5} {'equiv.':>6} {'score':>7} {'score*':>7}")
+    print(
+        f"{'file':32} {'mutants':>7} {'killed':>6} {'survived':>8} {'no tests':>8} "
+        f"{'other':>5} {'equiv.':>6} {'score':>7} {'score*':>7}"
+    )
     totals: Counter[str] = Counter()
     for path in sorted(by_file):
         c = by_file[path]
         n = sum(v for k, v in c.items() if k != "equivalent")
         other = n - c["killed"] - c["survived"] - c["no tests"]
         row = (n, c["killed"], c["survived"], c["no tests"], other, c["equivalent"])
-        totals.update(dict(zip(("n", "killed", "survived", "no tests", "other", "equiv"), row,
-                               strict=True)))
-        print(f"{path:32} {row[0]:7} {row[1]:6} {row[2]:8} {row[3]:8} {row[4]:5} {row[5]:6} "
-              f"{c['killed'] / n:7.1%} {c['killed'] / max(1, n - c['equivalent']):7.1%}")
+        totals.update(
+            dict(zip(("n", "killed", "survived", "no tests", "other", "equiv"), row, strict=True))
+        )
+        print(
+            f"{path:32} {row[0]:7} {row[1]:6} {row[2]:8} {row[3]:8} {row[4]:5} {row[5]:6} "
+            f"{c['killed'] / n:7.1%} {c['killed'] / max(1, n - c['equivalent']):7.1%}"
+        )
     n = totals["n"]
-    print(f"{'all':32} {n:7} {totals['killed']:6} {totals['survived']:8} "
-          f"{totals['no tests']:8} {totals['other']:5} {totals['equiv']:6} "
-          f"{totals['killed'] / n:7.1%} {totals['killed'] / max(1, n - totals['equiv']):7.1%}")
+    print(
+        f"{'all':32} {n:7} {totals['killed']:6} {totals['survived']:8} "
+        f"{totals['no tests']:8} {totals['other']:5} {totals['equiv']:6} "
+        f"{totals['killed'] / n:7.1%} {totals['killed'] / max(1, n - totals['equiv']):7.1%}"
+    )
     print("score: killed / mutants; score*: killed / (mutants - reviewed equivalent ones)")
     if args.equivalent:
         print(f"survivors not killed and not listed as equivalent: {len(open_survivors)}")

@@ -154,7 +154,7 @@ def test_recovering_more_than_allocated_is_an_error() -> None:
         allocator.recover("A", "s1", Resources(cpus=2))
 
 
-def test_same_seed_same_decisions() -> None:
+def test_the_seed_decides_the_agent_order_and_nothing_else() -> None:
     def decisions(seed: int) -> list[Allocation]:
         allocator = Allocator(FakeClock(), seed=seed)
         for i in range(20):
@@ -163,4 +163,21 @@ def test_same_seed_same_decisions() -> None:
             allocator.add_framework(f, "*")
         return allocator.allocate()
 
-    assert decisions(7) == decisions(7)
+    runs = {seed: decisions(seed) for seed in range(20)}
+    # The same seed, on a new allocator, makes the same offers in the same order.
+    assert all(decisions(seed) == runs[seed] for seed in (0, 7, 19))
+    # Another seed visits the agents in another order: 20 agents have 20! orders.
+    orders = {tuple(d.agent_id for d in run) for run in runs.values()}
+    assert len(orders) == len(runs)
+    # Every seed offers every agent once, whatever the order.
+    assert all(
+        sorted(d.agent_id for d in run) == sorted(f"s{i}" for i in range(20))
+        for run in runs.values()
+    )
+    # Without a seed the allocator uses seed 0 (the master's default too).
+    allocator = Allocator(FakeClock())
+    for i in range(20):
+        allocator.add_agent(f"s{i}", Resources(cpus=1 + i % 3, mem=1024))
+    for f in "ABCD":
+        allocator.add_framework(f, "*")
+    assert allocator.allocate() == runs[0]
