@@ -128,7 +128,7 @@ def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     try:
         path.write_text(original.replace(bug.old, bug.new))
         result = subprocess.run(
-            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *tests],
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
             capture_output=True,
             text=True,
             # Stop the property tests at the first failure instead of shrinking it.
@@ -136,8 +136,12 @@ def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
         )
     finally:
         path.write_text(original)
-    lines = [line for line in result.stdout.splitlines() if line.startswith("FAILED")]
-    return result.returncode != 0, time.monotonic() - started, "; ".join(lines)[:300]
+    failed = [
+        line.split()[1].split("::")[-1]
+        for line in result.stdout.splitlines()
+        if line.startswith("FAILED")
+    ]
+    return result.returncode != 0, time.monotonic() - started, "\n        ".join(failed)
 
 
 def main() -> int:

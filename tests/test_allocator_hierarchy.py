@@ -35,6 +35,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -415,5 +416,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             assert units(tree.role_allocation(path)) == total, path
 
 
+# The long profile runs for as long as it takes (the suite's timeout is 120 s).
+@pytest.mark.timeout(0 if PROFILE == "long" else 120)
 def test_allocator_follows_the_documented_rule_over_random_role_trees() -> None:
     run_state_machine_as_test(AllocatorMachine, settings=PROFILES[PROFILE])
