@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
@@ -27,9 +28,15 @@ log = structlog.get_logger(__name__)
 
 class MasterServer:
     def __init__(
-        self, config: MasterConfig, host: str = "127.0.0.1", port: int = 5050, http_port: int = 0
+        self,
+        config: MasterConfig,
+        host: str = "127.0.0.1",
+        port: int = 5050,
+        http_port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self._clock = clock  # the master's timeouts run on it (tests may skip ahead)
         self.host = host
         self._port = port
         self._http_port = http_port
@@ -50,7 +57,7 @@ class MasterServer:
         return f"{self.host}:{self.http_port}"
 
     async def start(self) -> None:
-        master = self.master = Master(self.config)
+        master = self.master = Master(self.config, clock=self._clock)
         self._grpc = grpc_utils.create_server()
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(master), self._grpc)
         agent_pb2_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(master), self._grpc)

@@ -9,7 +9,7 @@ import itertools
 import json
 import os
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ class _Links(HTMLParser):
         self.urls.extend(v for k, v in attrs if k in ("src", "href") and v is not None)
 
 
-async def _events(response: aiohttp.ClientResponse) -> AsyncIterator[tuple[str, str]]:
+async def _events(response: aiohttp.ClientResponse) -> AsyncGenerator[tuple[str, str], None]:
     """(event, data) for each event of a text/event-stream; comments are skipped."""
     event, data = "message", ""
     async for raw in response.content:
