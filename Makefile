@@ -33,7 +33,7 @@ lint: $(STAMP)
 MUTATION_JOBS ?= 2
 mutation: $(STAMP)
 	rm -rf mutants
-	MESOLITE_HYPOTHESIS_PROFILE=fail-fast nice -n 10 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) > mutants.log 2>&1 \
+	MESOLITE_HYPOTHESIS_PROFILE=mutation nice -n 10 $(VENV)/bin/mutmut run --max-children $(MUTATION_JOBS) > mutants.log 2>&1 \
 		|| (tail -c 2000 mutants.log; exit 1)
 	$(PY) scripts/mutation_report.py --equivalent docs/mutation/equivalent.md \
 		--survivors docs/mutation/survivors.txt

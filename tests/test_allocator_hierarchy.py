@@ -73,6 +73,11 @@ PROFILES = {
     # For mutation testing and planted bugs: the CI examples, but stop at the
     # first failure without shrinking it (shrinking a run of steps takes minutes).
     "fail-fast": settings(CI, phases=[Phase.explicit, Phase.generate], report_multiple_bugs=False),
+    # For each mutant of a mutation run (`make mutation`), where every call goes
+    # through mutmut's trampolines: a quarter of the CI examples, no shrinking.
+    "mutation": settings(
+        CI, max_examples=50, phases=[Phase.explicit, Phase.generate], report_multiple_bugs=False
+    ),
 }
 PROFILE = os.environ.get("MESOLITE_HYPOTHESIS_PROFILE", "ci")
 
