@@ -11,11 +11,12 @@ so results are compared for equality, not just within a thousandth.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Collection, Mapping
 from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from master.fair_share import (
@@ -743,3 +744,67 @@ def test_many_siblings_hand_out_leftover_thousandths_like_the_reference(
     got = shares_in_units(roles, _cpus(total))
     assert got == reference_shares(roles, _cpus(total))
     assert sum(u.get("cpus", 0) for u in got.values()) == total
+
+
+@st.composite
+def sweeps(draw: st.DrawFn) -> tuple[int, list[int], dict[int, int], dict[int, int]]:
+    """Inputs within `_split_at_ratio`'s preconditions: sum(lo) < target < sum(hi)."""
+    n = draw(st.integers(1, 6))
+    weights = [draw(st.integers(1, 7)) for _ in range(n)]
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for i in range(n):
+        g = draw(st.none() | st.integers(1, 5000))
+        h = draw(st.none() | st.integers(g or 0, 9000))
+        if g:
+            lo[i] = g
+        if h is not None:
+            hi[i] = h
+    top = math.inf if len(hi) < n else sum(hi.values())
+    floor = sum(lo.values())
+    assume(floor + 1 < top)
+    target = draw(st.integers(floor + 1, int(min(top - 1, floor + 20_000))))
+    return target, weights, lo, hi
+
+
+@given(sweeps())
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+def test_the_exact_sweep_agrees_with_the_reference(
+    case: tuple[int, list[int], dict[int, int], dict[int, int]],
+) -> None:
+    # The float-ordered sweep gives up on ties it cannot order; the exact one,
+    # ordering breakpoints g / w and h / w as fractions, must be right alone.
+    target, weights, lo, hi = case
+    n = len(weights)
+    exact = reference_exact(
+        target,
+        [Fraction(w) for w in weights],
+        [lo.get(i, 0) for i in range(n)],
+        [hi.get(i) for i in range(n)],
+    )
+    expected = round_largest_remainder(exact)
+    assert _split_at_ratio(target, weights, lo, hi, exact_sort=True) == expected
+    assert _split_at_ratio(target, weights, lo, hi, exact_sort=False) in (None, expected)
+
+
+def test_share_input_rejects_a_limit_that_is_not_a_number() -> None:
+    with pytest.raises(ValueError, match=r"^limit cpus: '3' is not a number$"):
+        ShareInput(limit={"cpus": "3"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"^limit gpus: True is not a number$"):
+        ShareInput(limit={"gpus": True})
+
+
+def test_the_largest_finite_weight_is_accepted() -> None:
+    assert ShareInput(sys.float_info.max).weight == sys.float_info.max
+
+
+def test_role_tree_takes_each_path_once_and_adds_every_missing_ancestor() -> None:
+    assert role_tree(["b", "a", "b"]) == {ROOT: ["a", "b"]}
+    assert role_tree(["a/b/c/d", "a/b/c/d"]) == {
+        ROOT: ["a"],
+        "a": ["a/b"],
+        "a/b": ["a/b/c"],
+        "a/b/c": ["a/b/c/d"],
+    }
+    with pytest.raises(ValueError, match=r"^the empty path is the root, not a role$"):
+        role_tree(["a", ROOT])
