@@ -272,3 +272,21 @@ def test_a_new_weight_applies_to_the_next_offer() -> None:
     allocator.activate_agent("s4")
     allocator.activate_agent("s5")
     assert [d.framework_id for d in allocator.allocate()] == ["fb", "fb"]
+
+
+def test_role_weight_and_activity_as_the_master_reads_them() -> None:
+    allocator = cluster(1)
+    assert allocator.role_weight("nobody") == 1.0  # not created yet: the default weight
+    allocator.configure_roles({"gold": RoleSettings(weight=2.5)})
+    assert allocator.role_weight("gold") == 2.5
+    tree = allocator.roles
+    allocator.add_framework("f", "gold/sub", connected=False)
+    assert not tree.role_active("gold") and not tree.role_active("gold/sub")
+    allocator.connect_framework("f")  # one framework wanting offers makes the path active
+    assert tree.role_active("gold") and tree.role_active("gold/sub")
+    assert not tree.role_active("*")
+    allocator.add_framework("g", "gold/sub")
+    allocator.suppress("f")
+    assert tree.role_active("gold/sub")
+    allocator.suppress("g")
+    assert not tree.role_active("gold") and not tree.role_active("gold/sub")
