@@ -20,6 +20,9 @@ O(n log n), on the next walk.
 
 `candidates()` walks the tree in order and yields each framework that wants
 offers together with the headroom its roles' limits leave (None: unlimited).
+A limit caps only the resources it names: a role at its CPU limit can still be
+offered memory. A subtree is skipped only when its headroom leaves neither
+CPUs nor memory, since no offer without one of them is ever made.
 """
 
 from __future__ import annotations
@@ -294,8 +297,12 @@ class RoleTree:
             room = headroom
             if child.limit is not None:
                 room = _narrow(headroom, child.limit, child.allocation)
-                if not any(room.values()) and room:
-                    continue  # at its limit in every limited resource
+                if room.get("cpus") == 0 and room.get("mem") == 0:
+                    # No CPUs and no memory left under the limits: no offer can
+                    # reach the allocator's minimum, which needs one of them.
+                    # (At its limit in the resources it limits is not enough:
+                    # the resources it does not limit can still be offered.)
+                    continue
             yield from self._walk(child, room)
 
     # Internals -------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
@@ -31,9 +32,15 @@ log = structlog.get_logger(__name__)
 
 class MasterServer:
     def __init__(
-        self, config: MasterConfig, host: str = "127.0.0.1", port: int = 5050, http_port: int = 0
+        self,
+        config: MasterConfig,
+        host: str = "127.0.0.1",
+        port: int = 5050,
+        http_port: int = 0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config
+        self._clock = clock  # the master's timeouts run on it (tests may skip ahead)
         self.host = host
         self._port = port
         self._http_port = http_port
@@ -61,7 +68,7 @@ class MasterServer:
 
     async def start(self) -> None:
         timers = AsyncioTimers(asyncio.get_running_loop())
-        master = self.master = Master(self.config, timers=timers)
+        master = self.master = Master(self.config, timers=timers, clock=self._clock)
         self._grpc = grpc_utils.create_server()
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(master), self._grpc)
         agent_pb2_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(master), self._grpc)

@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -30,11 +31,16 @@ from master.server import MasterServer
 from mesolite.resources import Resources
 from tests.waiting import wait_for_condition
 
+# Agents heartbeat every 0.2 s, and a master that hears nothing from one for
+# 30 s removes it: far longer than a loaded machine ever stalls the test's event
+# loop (where the master, and often the agent, run). A test that wants a silent
+# agent removed skips the master's clock ahead (`LocalCluster.time_out_agents`)
+# instead of waiting 30 s.
 FAST = MasterConfig(
     allocation_interval=0.2,
     offer_timeout=30.0,
     agent_heartbeat_interval=0.2,
-    agent_timeout=2.0,
+    agent_timeout=30.0,
     framework_heartbeat_interval=1.0,
     check_invariants=True,
 )
@@ -71,13 +77,24 @@ class AgentProcess:
                 os.killpg(pid, signal.SIGKILL)
 
 
+class SkippingClock:
+    """The master's clock in tests: monotonic time, plus the time a test skipped."""
+
+    def __init__(self) -> None:
+        self.skipped = 0.0
+
+    def __call__(self) -> float:
+        return time.monotonic() + self.skipped
+
+
 class LocalCluster:
     def __init__(self, work_dir: Path, config: MasterConfig = FAST) -> None:
         self.work_dir = work_dir
         if config.work_dir is None:  # the registry lives here, across master restarts
             config = replace(config, work_dir=work_dir / "master")
         self.config = config
-        self.server = MasterServer(config, host="127.0.0.1", port=0, http_port=0)
+        self.clock = SkippingClock()
+        self.server = MasterServer(config, host="127.0.0.1", port=0, http_port=0, clock=self.clock)
         self.agents: list[Agent] = []
         self.agent_processes: list[AgentProcess] = []
         self.sandbox_servers: list[SandboxServer] = []  # one per in-process agent
@@ -147,6 +164,32 @@ class LocalCluster:
             lambda: set(self.master.agents) - before != set(), what=f"agent {name} to register"
         )
         return proc
+
+    async def time_out_agents(self, *agent_ids: str) -> None:
+        """Let the agent timeout pass for these silent agents now, not in real time.
+
+        The master's clock skips half the timeout, waits until every other agent
+        has heartbeated since, then skips the other half, and waits until the
+        master has removed the given agents. Only an agent silent for half the
+        timeout in real time (15 s) could be removed with them. The skip moves
+        every timer of the master's clock: offers, filters, failover timeouts.
+        """
+        others = [a for a in self.master.agents if a not in agent_ids]
+        half = self.config.agent_timeout / 2
+        self.clock.skipped += half
+        mark = self.clock()
+        await wait_for_condition(
+            lambda: all(
+                a not in self.master.agents or self.master.agents[a].last_seen >= mark
+                for a in others
+            ),
+            what="the other agents to heartbeat",
+        )
+        self.clock.skipped += half
+        await wait_for_condition(
+            lambda: all(a not in self.master.agents for a in agent_ids),
+            what=f"the master to remove {', '.join(agent_ids)}",
+        )
 
     async def state(self) -> dict[str, Any]:
         assert self._http is not None

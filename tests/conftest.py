@@ -1,7 +1,7 @@
 """Test layers, declared in one place.
 
 - unit: pure and in-process: no network, no subprocess, no sleeps worth the
-  name. `make test-fast` runs only these (under 30 s).
+  name. `make test-fast` runs these but the slow ones (under 30 s).
 - integration: real gRPC over loopback, real subprocesses, real files.
 - slow: integration tests that take tens of seconds each (master restarts,
   fault injection, the browser); `pytest -m "not slow"` leaves them out.
@@ -20,12 +20,13 @@ UNIT = {
     "test_agent_journal.py",
     "test_agent_updates.py",
     "test_allocator.py",
+    "test_allocator_hierarchy.py",
     "test_drf_reference.py",
     "test_errors.py",
-    "test_experiment.py",
     "test_fair_share.py",
     "test_fairness_properties.py",
     "test_master_core.py",
+    "test_policies.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",

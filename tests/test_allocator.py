@@ -154,7 +154,7 @@ def test_recovering_more_than_allocated_is_an_error() -> None:
         allocator.recover("A", "s1", Resources(cpus=2))
 
 
-def test_same_seed_same_decisions() -> None:
+def test_the_seed_decides_the_agent_order_and_nothing_else() -> None:
     def decisions(seed: int) -> list[Allocation]:
         allocator = Allocator(FakeClock(), seed=seed)
         for i in range(20):
@@ -163,4 +163,135 @@ def test_same_seed_same_decisions() -> None:
             allocator.add_framework(f, "*")
         return allocator.allocate()
 
-    assert decisions(7) == decisions(7)
+    runs = {seed: decisions(seed) for seed in range(20)}
+    # The same seed, on a new allocator, makes the same offers in the same order.
+    assert all(decisions(seed) == runs[seed] for seed in (0, 7, 19))
+    # Another seed visits the agents in another order: 20 agents have 20! orders.
+    orders = {tuple(d.agent_id for d in run) for run in runs.values()}
+    assert len(orders) == len(runs)
+    # Every seed offers every agent once, whatever the order.
+    assert all(
+        sorted(d.agent_id for d in run) == sorted(f"s{i}" for i in range(20))
+        for run in runs.values()
+    )
+    # Without a seed the allocator uses seed 0 (the master's default too).
+    allocator = Allocator(FakeClock())
+    for i in range(20):
+        allocator.add_agent(f"s{i}", Resources(cpus=1 + i % 3, mem=1024))
+    for f in "ABCD":
+        allocator.add_framework(f, "*")
+    assert allocator.allocate() == runs[0]
+
+
+def test_an_agent_lost_with_offers_and_filters_leaves_nothing_behind() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=2, mem=2048))
+    allocator.add_agent("s2", Resources(cpus=2, mem=2048))
+    allocator.add_framework("A", "*")
+    allocator.add_framework("B", "*")
+    offers = {d.agent_id: d for d in allocator.allocate()}
+    assert {d.framework_id for d in offers.values()} == {"A", "B"}
+    on_s1 = offers["s1"]
+    other = "B" if on_s1.framework_id == "A" else "A"
+    # The holder of s1 keeps its offer; the other declines s1 with a long filter
+    # (it is offered s1 once the holder gives it back, and says no).
+    allocator.recover(on_s1.framework_id, "s1", on_s1.resources)
+    allocator.suppress(on_s1.framework_id)
+    [again] = allocator.allocate()
+    assert (again.framework_id, again.agent_id) == (other, "s1")
+    allocator.recover(other, "s1", again.resources, refuse_seconds=3600)
+    allocator.revive(on_s1.framework_id)
+    [held] = allocator.allocate()
+    assert (held.framework_id, held.agent_id) == (on_s1.framework_id, "s1")
+
+    allocator.remove_agent("s1")  # with an offer outstanding and a filter on it
+    assert allocator.total == Resources(cpus=2, mem=2048)
+    assert allocator.framework_allocation(on_s1.framework_id).is_empty()
+    # The filter went with the agent: reviving, suppressing and removing the
+    # framework that set it do not trip over it...
+    allocator.revive(other)
+    allocator.suppress(other)
+    allocator.revive(other)
+    # ...and an agent that joins again under the same id is a new agent: no filter.
+    allocator.recover(other, "s2", offers["s2"].resources)
+    allocator.add_agent("s1", Resources(cpus=2, mem=2048))
+    allocator.suppress(on_s1.framework_id)
+    decisions = allocator.allocate()
+    assert {(d.framework_id, d.agent_id) for d in decisions} == {(other, "s1"), (other, "s2")}
+    allocator.remove_framework(other)
+    assert allocator.agent_allocated("s1").is_empty()
+
+
+def test_suppress_revive_and_filter_expiry_on_a_fake_clock() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=5)
+    clock.now = 1.0
+    allocator.suppress("A")
+    clock.now = 6.0  # the filter has expired, but A is suppressed
+    assert allocator.allocate() == []
+    allocator.revive("A")
+    [offer] = allocator.allocate()
+    # Filtered from 6 s until 11 s: not at 10.999, at 11.
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=5)
+    clock.now = 10.999
+    assert allocator.allocate() == []
+    clock.now = 11.0
+    [offer] = allocator.allocate()
+    # A suppressed framework keeps its filters; revive drops them at once.
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=1000)
+    allocator.suppress("A")
+    clock.now = 12.0
+    assert allocator.allocate() == []
+    allocator.revive("A")
+    assert len(allocator.allocate()) == 1
+
+
+def test_a_filter_lasts_at_most_a_year() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=1e12)
+    year = 365 * 24 * 3600.0
+    clock.now = year - 1
+    assert allocator.allocate() == []
+    clock.now = year
+    assert len(allocator.allocate()) == 1
+
+
+def test_a_new_filter_replaces_the_old_one() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=100)
+    allocator.add_framework("B", "*")
+    [to_b] = allocator.allocate()
+    allocator.recover("B", "s1", to_b.resources, refuse_seconds=1000)
+    allocator.remove_framework("B")
+    clock.now = 50.0
+    assert allocator.allocate() == []  # A's filter holds until 100
+    allocator.revive("A")
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=10)  # shorter than before
+    clock.now = 60.0
+    assert len(allocator.allocate()) == 1
+
+
+def test_the_smallest_offer_is_0_01_cpus_or_32_mb() -> None:
+    def offered(free: Resources) -> list[Allocation]:
+        allocator = Allocator(FakeClock())
+        allocator.add_agent("s1", free)
+        allocator.add_framework("A", "*")
+        return allocator.allocate()
+
+    assert len(offered(Resources(cpus=0.01))) == 1
+    assert len(offered(Resources(mem=32))) == 1
+    assert offered(Resources(cpus=0.009, mem=31.999, disk=1e6)) == []

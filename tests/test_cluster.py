@@ -110,7 +110,7 @@ async def test_killing_a_task(tmp_path: Path) -> None:
 
 
 async def test_agent_killed_its_tasks_are_lost_and_resources_leave(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path, fast(agent_timeout=1.5)) as cluster:
+    async with LocalCluster(tmp_path) as cluster:
         await cluster.add_agent("cpus:1;mem:1024")
         doomed = await cluster.spawn_agent("cpus:4;mem:4096", name="doomed")
         doomed_id = next(
@@ -124,6 +124,8 @@ async def test_agent_killed_its_tasks_are_lost_and_resources_leave(tmp_path: Pat
             assert (await cluster.state())["cluster"]["total"]["cpus"] == 5.0
 
             doomed.kill()
+            await doomed.process.wait()
+            await cluster.time_out_agents(doomed_id)
             await fw.wait_state("t1", TaskState.LOST)
             lost = next(u for u in fw.updates if u.state is TaskState.LOST)
             assert lost.agent_id == doomed_id and "removed" in lost.message

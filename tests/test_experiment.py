@@ -10,7 +10,6 @@ from pathlib import Path
 
 from framework_sdk import Offer, Resources, TaskSpec
 from mesolite.cli import build_parser
-from mesolite.lab.drf_reference import asset_fairness, drf
 from mesolite.lab.experiment import comparison, run_and_write
 from mesolite.lab.experiment_model import (
     CSV_FIELDS,
@@ -24,20 +23,28 @@ from mesolite.lab.phased_job import PhasedJob
 
 # The paper's cluster: 48 nodes of 4 CPUs and 14 GB.
 CAPACITY = {"cpus": 48 * 4, "mem": 48 * 14336}
-PHASE1 = {"job1": {"cpus": 1, "mem": 10240}, "job2": {"cpus": 1, "mem": 1024}}
 
 
 def test_phase1_equilibrium_is_drf_reference_on_the_paper_cluster() -> None:
     config = ExperimentConfig()
     assert dict(config.cluster) == CAPACITY
     eq = equilibrium("drf", config.cluster, PAPER_PHASES[0])
-    expected = drf(CAPACITY, PHASE1)
-    assert eq.tasks == expected.tasks
-    assert eq.dominant_shares == expected.dominant_shares
-    # CPUs run out when both hold 20/27 (74%) of their dominant resource.
+    # Worked by hand. Dominant resources: job1 memory (10240 / 688128 = 1/67.2 a
+    # task), job2 CPUs (1/192 a task). Equal dominant shares s give job1 67.2 s
+    # tasks and job2 192 s; CPUs run out first (67.2 s + 192 s = 192 at
+    # s = 20/27, while memory would allow s = 7/9), so job1 runs 448/9 tasks,
+    # job2 1280/9, and both hold 20/27 (74%) of their dominant resource.
+    assert eq.tasks == {"job1": Fraction(448, 9), "job2": Fraction(1280, 9)}
     assert eq.dominant_shares == {"job1": Fraction(20, 27), "job2": Fraction(20, 27)}
     assert eq.saturated == {"cpus"}
-    assert equilibrium("asset", config.cluster, PAPER_PHASES[0]) == asset_fairness(CAPACITY, PHASE1)
+    # Asset fairness: a job1 task is worth 1/192 + 10240/688128 = 27/1344 of the
+    # cluster, a job2 task 1/192 + 1024/688128 = 9/1344; equal worth means job2
+    # runs 3 tasks per job1 task, and CPUs run out at 48 and 144 (memory would
+    # allow 51.7 and 155).
+    asset = equilibrium("asset", config.cluster, PAPER_PHASES[0])
+    assert asset.tasks == {"job1": 48, "job2": 144}
+    assert asset.shares == {"job1": Fraction(48 * 27, 1344), "job2": Fraction(144 * 9, 1344)}
+    assert asset.saturated == {"cpus"}
 
 
 def test_slot_equilibrium_equalises_slots() -> None:

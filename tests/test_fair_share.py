@@ -11,11 +11,12 @@ so results are compared for equality, not just within a thousandth.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Collection, Mapping
 from fractions import Fraction
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from master.fair_share import (
@@ -666,3 +667,144 @@ def test_public_names() -> None:
         "compute_fair_shares",
         "role_tree",
     ]
+
+
+# Shapes the tests above rarely draw: many siblings (rounding hands out the
+# leftover thousandths through a partial sort), weight 0 beside limited
+# siblings, totals that just fit (or just miss) everyone's limits, sub-unit
+# amounts. Each is checked against the reference, exactly.
+
+EDGE_AMOUNT = st.sampled_from([0, 1, 2, 3, 999, 1000, 1001, 2000, 2500, 3000, 4000, 4001, 10_000])
+
+
+@st.composite
+def edge_inputs(draw: st.DrawFn) -> ShareInput:
+    weight = draw(st.sampled_from([0.0, 0.5, 1.0, 1.0, 2.0, 3.0, 0.1, 7.0]))
+    guarantee = draw(st.none() | EDGE_AMOUNT)
+    limit = draw(st.none() | EDGE_AMOUNT)
+    return ShareInput(
+        weight,
+        Resources._from_units({"cpus": guarantee} if guarantee else {}),
+        None if limit is None else {"cpus": limit / 1000},
+    )
+
+
+@given(
+    st.lists(edge_inputs(), min_size=1, max_size=40),
+    st.sampled_from([1, 3, 17, 1000, 4000, 4001, 4002, 9999, 10_000, 123_457]),
+)
+@settings(max_examples=400, deadline=None, derandomize=True, database=None)
+def test_edge_shapes_agree_with_the_reference(inputs: list[ShareInput], t: int) -> None:
+    roles = group_of(inputs)
+    assert shares_in_units(roles, _cpus(t)) == reference_shares(roles, _cpus(t))
+
+
+def test_a_weight_0_guarantee_counts_when_everyone_else_is_limited() -> None:
+    # a may hold 3 CPUs, b (weight 0) gets exactly its guarantee of 2: together
+    # 5 > 4, so a is not at its limit: it gets what b leaves, 2.
+    roles = {
+        "a": ShareInput(1.0, limit={"cpus": 3}),
+        "b": ShareInput(0.0, Resources(cpus=2)),
+    }
+    assert shares_in_units(roles, Resources(cpus=4)) == {
+        "a": {"cpus": 2000},
+        "b": {"cpus": 2000},
+    }
+
+
+def test_weight_0_roles_without_a_guarantee_get_nothing_even_with_room_left() -> None:
+    roles = {
+        "a": ShareInput(1.0, limit={"cpus": 2}),
+        "b": ShareInput(1.0, limit={"cpus": 2}),
+        "c": ShareInput(0.0),
+        "d": ShareInput(0.0),
+    }
+    assert shares_in_units(roles, Resources(cpus=4.001)) == {
+        "a": {"cpus": 2000},
+        "b": {"cpus": 2000},
+        "c": {},
+        "d": {},
+    }
+
+
+@pytest.mark.parametrize(
+    "weights, total",
+    [
+        # 20 siblings, weights 20 down to 1, 1.051 CPUs: one thousandth is left
+        # after rounding down, and it goes to the largest remainder (the first).
+        ([float(w) for w in range(20, 0, -1)], 1051),
+        # Remainders that tie: the leftover goes to the lower index (path order).
+        ([1.0] * 10 + [3.0] + [1.0] * 9 + [3.0], 1001),
+    ],
+)
+def test_many_siblings_hand_out_leftover_thousandths_like_the_reference(
+    weights: list[float], total: int
+) -> None:
+    roles = {f"r{i:02d}": ShareInput(w) for i, w in enumerate(weights)}
+    got = shares_in_units(roles, _cpus(total))
+    assert got == reference_shares(roles, _cpus(total))
+    assert sum(u.get("cpus", 0) for u in got.values()) == total
+
+
+@st.composite
+def sweeps(draw: st.DrawFn) -> tuple[int, list[int], dict[int, int], dict[int, int]]:
+    """Inputs within `_split_at_ratio`'s preconditions: sum(lo) < target < sum(hi)."""
+    n = draw(st.integers(1, 6))
+    weights = [draw(st.integers(1, 7)) for _ in range(n)]
+    lo: dict[int, int] = {}
+    hi: dict[int, int] = {}
+    for i in range(n):
+        g = draw(st.none() | st.integers(1, 5000))
+        h = draw(st.none() | st.integers(g or 0, 9000))
+        if g:
+            lo[i] = g
+        if h is not None:
+            hi[i] = h
+    top = math.inf if len(hi) < n else sum(hi.values())
+    floor = sum(lo.values())
+    assume(floor + 1 < top)
+    target = draw(st.integers(floor + 1, int(min(top - 1, floor + 20_000))))
+    return target, weights, lo, hi
+
+
+@given(sweeps())
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
+def test_the_exact_sweep_agrees_with_the_reference(
+    case: tuple[int, list[int], dict[int, int], dict[int, int]],
+) -> None:
+    # The float-ordered sweep gives up on ties it cannot order; the exact one,
+    # ordering breakpoints g / w and h / w as fractions, must be right alone.
+    target, weights, lo, hi = case
+    n = len(weights)
+    exact = reference_exact(
+        target,
+        [Fraction(w) for w in weights],
+        [lo.get(i, 0) for i in range(n)],
+        [hi.get(i) for i in range(n)],
+    )
+    expected = round_largest_remainder(exact)
+    assert _split_at_ratio(target, weights, lo, hi, exact_sort=True) == expected
+    assert _split_at_ratio(target, weights, lo, hi, exact_sort=False) in (None, expected)
+
+
+def test_share_input_rejects_a_limit_that_is_not_a_number() -> None:
+    with pytest.raises(ValueError, match=r"^limit cpus: '3' is not a number$"):
+        ShareInput(limit={"cpus": "3"})  # type: ignore[dict-item]
+    with pytest.raises(ValueError, match=r"^limit gpus: True is not a number$"):
+        ShareInput(limit={"gpus": True})
+
+
+def test_the_largest_finite_weight_is_accepted() -> None:
+    assert ShareInput(sys.float_info.max).weight == sys.float_info.max
+
+
+def test_role_tree_takes_each_path_once_and_adds_every_missing_ancestor() -> None:
+    assert role_tree(["b", "a", "b"]) == {ROOT: ["a", "b"]}
+    assert role_tree(["a/b/c/d", "a/b/c/d"]) == {
+        ROOT: ["a"],
+        "a": ["a/b"],
+        "a/b": ["a/b/c"],
+        "a/b/c": ["a/b/c/d"],
+    }
+    with pytest.raises(ValueError, match=r"^the empty path is the root, not a role$"):
+        role_tree(["a", ROOT])

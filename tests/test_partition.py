@@ -7,7 +7,7 @@ import signal
 from pathlib import Path
 
 from framework_sdk import Resources, TaskSpec, TaskState
-from tests.cluster import LocalCluster, fast
+from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition
 
@@ -21,7 +21,7 @@ def alive(pid: int) -> bool:
 
 
 async def test_partitioned_agent_is_removed_and_agrees_when_it_returns(tmp_path: Path) -> None:
-    async with LocalCluster(tmp_path, fast(agent_timeout=1.5)) as cluster:
+    async with LocalCluster(tmp_path) as cluster:
         island = await cluster.spawn_agent("cpus:2;mem:1024", name="island")
         old_id = next(iter(cluster.master.agents))
         fw = RecordingFramework()
@@ -33,6 +33,7 @@ async def test_partitioned_agent_is_removed_and_agrees_when_it_returns(tmp_path:
 
             island.process.send_signal(signal.SIGSTOP)  # heartbeats stop; the process lives
             try:
+                await cluster.time_out_agents(old_id)
                 await fw.wait_state("stranded", TaskState.LOST)
                 state = await cluster.state()
                 assert state["agents"] == [] and state["tasks"] == []

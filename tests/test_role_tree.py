@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from master.allocator import Allocator, RoleSettings
+from master.allocator import Allocation, Allocator, RoleSettings
 from master.policies import AssetPolicy, SlotsPolicy
 from master.role_tree import RoleTree
 from mesolite.resources import Resources
@@ -55,9 +55,11 @@ def test_a_role_never_receives_more_than_its_limit() -> None:
     allocator.configure_roles({"capped": RoleSettings(limit={"cpus": 3, "gpus": 0})})
     allocator.add_framework("c", "capped/sub")  # the limit counts everything below it
     decisions = allocator.allocate()
-    assert sum(d.resources["cpus"] for d in decisions) == 3
+    assert sum(d.resources.get_amount("cpus") for d in decisions) == 3
     assert all(d.resources.get_amount("mem") == 4096 for d in decisions)  # mem is not limited
     assert all("gpus" not in d.resources for d in decisions)  # a limit of 0 allows none
+    # At its CPU limit it is still offered what it does not limit: the other agent's memory.
+    assert sorted(str(d.resources) for d in decisions) == ["cpus:3;mem:4096", "mem:4096"]
     assert allocator.roles.role_allocation("capped")["cpus"] == 3
     # The rest goes to an unlimited role as soon as there is one.
     allocator.add_framework("free", "*")
@@ -83,7 +85,10 @@ def test_zero_weight_role_gets_only_what_nobody_else_wants() -> None:
     allocator.add_framework("a", "*")
     need = {"s": CPU, "a": Resources(cpus=1, mem=64)}
     running = run_one_task_per_offer(allocator, need)
-    assert running["a"] >= 3  # the scavenger goes last once it holds anything
+    # Both start at share 0 and `*` (created first) wins the tie: a gets one
+    # agent. The scavenger, still at 0, gets the next; from then on its
+    # weighted share is infinite and it goes last, so a gets the other two.
+    assert running == {"a": 3, "s": 1}
 
 
 def test_reconfiguring_roles_takes_effect_and_forgets_old_settings() -> None:
@@ -136,3 +141,152 @@ def test_slots_policy_counts_slots_not_resources() -> None:
     assert policy.slots(Resources(cpus=1, mem=10240)) == 5
     assert policy.share(Resources(cpus=0.1, mem=100), total) == pytest.approx(1 / 8)
     assert policy.share(Resources(cpus=2, mem=1024), total) == pytest.approx(2 / 8)
+
+
+# Limits, guarantees and ties, each set up so that one known bug changes the answer.
+
+
+def test_a_child_limit_above_its_parents_is_held_to_the_parents() -> None:
+    # eng may hold 2 CPUs, eng/ml (alone in it) 3: ml is offered 2, the lower of
+    # the two. A nested limit taking the larger headroom would offer 3.
+    allocator = cluster(1, Resources(cpus=4, mem=4096))
+    allocator.configure_roles(
+        {"eng": RoleSettings(limit={"cpus": 2}), "eng/ml": RoleSettings(limit={"cpus": 3})}
+    )
+    allocator.add_framework("ml", "eng/ml")
+    assert allocator.allocate() == [Allocation("ml", "s0", Resources(cpus=2, mem=4096))]
+
+
+def test_a_child_gets_only_what_its_parent_has_left() -> None:
+    # eng may hold 2 CPUs and eng/web already runs 1.5 of them, so eng/ml, whose
+    # own limit (3) would allow all 2.5 free CPUs, is offered only 0.5: its
+    # parent's headroom bounds it. A child ignoring its parent's headroom gets 2.5.
+    allocator = cluster(1, Resources(cpus=4, mem=4096))
+    allocator.configure_roles(
+        {"eng": RoleSettings(limit={"cpus": 2}), "eng/ml": RoleSettings(limit={"cpus": 3})}
+    )
+    allocator.add_framework("web", "eng/web")
+    allocator.grant("web", "s0", Resources(cpus=1.5, mem=512))  # tasks it runs
+    allocator.suppress("web")
+    allocator.add_framework("ml", "eng/ml")
+    assert allocator.allocate() == [Allocation("ml", "s0", Resources(cpus=0.5, mem=3584))]
+    tree = allocator.roles
+    assert tree.role_allocation("eng")["cpus"] == 2
+    # And nothing more for the subtree once the parent is at its limit, though the
+    # child's own limit has room: the next offer of that agent holds no CPUs.
+    allocator.recover("ml", "s0", Resources(mem=3584))
+    assert allocator.allocate() == [Allocation("ml", "s0", Resources(mem=3584))]
+
+
+def test_a_role_limited_to_no_gpus_still_gets_cpus_and_memory() -> None:
+    # A limit caps what it names and nothing else (the tree once skipped such a
+    # role altogether: every resource it limits was at its limit).
+    allocator = cluster(1, Resources(cpus=4, mem=4096, gpus=2))
+    allocator.configure_roles({"cpu-only": RoleSettings(limit={"gpus": 0})})
+    allocator.add_framework("f", "cpu-only")
+    assert allocator.allocate() == [Allocation("f", "s0", Resources(cpus=4, mem=4096))]
+
+
+def test_no_offer_when_the_limits_leave_neither_cpus_nor_memory() -> None:
+    allocator = cluster(1, Resources(cpus=4, mem=4096, disk=1000))
+    allocator.configure_roles({"none": RoleSettings(limit={"cpus": 0, "mem": 0})})
+    allocator.add_framework("f", "none/sub")
+    assert allocator.allocate() == []  # disk alone is below the minimum offer
+    allocator.configure_roles({"none": RoleSettings(limit={"cpus": 0, "mem": 32})})
+    assert allocator.allocate() == [Allocation("f", "s0", Resources(mem=32, disk=1000))]
+
+
+def test_a_guarantee_on_memory_is_served_first() -> None:
+    # Four agents of <4 CPUs, 2 GB>. `gold` is guaranteed 6 GB of memory and no
+    # CPUs; `*` was created first, so it wins ties. gold is below its guarantee
+    # until it holds three agents (6 GB), and is served first until then; only
+    # then does `*` get the fourth. A guarantee tier looking at CPUs only would
+    # see gold as satisfied and split 2 : 2, leaving gold 4 GB.
+    allocator = cluster(4, Resources(cpus=4, mem=2048))
+    allocator.configure_roles({"gold": RoleSettings(guarantee=Resources(mem=6144))})
+    allocator.add_framework("other", "*")
+    allocator.add_framework("g", "gold")
+    decisions = allocator.allocate()
+    assert [d.framework_id for d in decisions] == ["g", "g", "g", "other"]
+    assert allocator.roles.role_allocation("gold") == Resources(cpus=12, mem=6144)
+
+
+def test_a_guarantee_counts_as_met_only_when_met_in_every_resource() -> None:
+    # gold is guaranteed 2 CPUs and 3 GB. After one agent <4 CPUs, 2 GB> it has
+    # the CPUs but not the memory, so it is still served before `*`.
+    allocator = cluster(3, Resources(cpus=4, mem=2048))
+    allocator.configure_roles({"gold": RoleSettings(guarantee=Resources(cpus=2, mem=3072))})
+    allocator.add_framework("other", "*")
+    allocator.add_framework("g", "gold")
+    assert [d.framework_id for d in allocator.allocate()] == ["g", "g", "other"]
+
+
+def test_framework_ties_go_by_subscription_order_not_by_id() -> None:
+    # Ids sort the other way round from subscription order.
+    allocator = cluster(4)
+    subscribed = ["zulu", "yankee", "xray", "whiskey"]
+    for framework_id in subscribed:
+        allocator.add_framework(framework_id, "eng")
+    # Identical agents: each goes to the lowest share, ties to the earliest.
+    assert [d.framework_id for d in allocator.allocate()] == subscribed
+
+
+def test_sibling_role_ties_go_by_creation_order_not_by_name() -> None:
+    allocator = cluster(4)
+    # Created in this order (eng with eng/zz), so at the top zz is older than
+    # eng and below eng, eng/zz older than eng/aa: names sort the other way.
+    allocator.configure_roles(
+        {"zz": RoleSettings(), "eng/zz": RoleSettings(), "eng/aa": RoleSettings()}
+    )
+    allocator.add_framework("f-aa", "eng/aa")
+    allocator.add_framework("f-zz", "eng/zz")
+    allocator.add_framework("f-top", "zz")
+    # Identical agents. zz and eng tie at 0: zz. eng is lower: eng/zz (tied with
+    # eng/aa). zz and eng tie again: zz. eng is lower, and eng/aa below it.
+    assert [d.framework_id for d in allocator.allocate()] == ["f-top", "f-zz", "f-top", "f-aa"]
+
+
+def test_frameworks_of_an_inner_role_count_as_one_group() -> None:
+    # eng's own frameworks own1 and own2 compete, together, with child eng/ml:
+    # after own1 and ml hold an agent each, own2 wins the tie (the group was
+    # created with eng, before eng/ml), and then the group holds two agents to
+    # ml's one, so ml gets the fourth. Ranking the group by its biggest member
+    # (one agent) instead of its total would tie again and give it to the group.
+    allocator = cluster(4)
+    allocator.add_framework("own1", "eng")
+    allocator.add_framework("own2", "eng")
+    allocator.add_framework("ml", "eng/ml")
+    assert [d.framework_id for d in allocator.allocate()] == ["own1", "ml", "own2", "ml"]
+
+
+def test_a_new_weight_applies_to_the_next_offer() -> None:
+    allocator = cluster(6)
+    allocator.deactivate_agent("s4")
+    allocator.deactivate_agent("s5")
+    allocator.add_framework("fa", "a")
+    allocator.add_framework("fb", "b")
+    assert [d.framework_id for d in allocator.allocate()] == ["fa", "fb", "fa", "fb"]
+    # Both hold 2 of 6 agents. With weight 3, b's weighted share is 1/9 against
+    # a's 1/3, so b gets both agents that come back (3/6 / 3 is still below 1/3).
+    allocator.set_role_weight("b", 3.0)
+    allocator.activate_agent("s4")
+    allocator.activate_agent("s5")
+    assert [d.framework_id for d in allocator.allocate()] == ["fb", "fb"]
+
+
+def test_role_weight_and_activity_as_the_master_reads_them() -> None:
+    allocator = cluster(1)
+    assert allocator.role_weight("nobody") == 1.0  # not created yet: the default weight
+    allocator.configure_roles({"gold": RoleSettings(weight=2.5)})
+    assert allocator.role_weight("gold") == 2.5
+    tree = allocator.roles
+    allocator.add_framework("f", "gold/sub", connected=False)
+    assert not tree.role_active("gold") and not tree.role_active("gold/sub")
+    allocator.connect_framework("f")  # one framework wanting offers makes the path active
+    assert tree.role_active("gold") and tree.role_active("gold/sub")
+    assert not tree.role_active("*")
+    allocator.add_framework("g", "gold/sub")
+    allocator.suppress("f")
+    assert tree.role_active("gold/sub")
+    allocator.suppress("g")
+    assert not tree.role_active("gold") and not tree.role_active("gold/sub")

@@ -13,7 +13,7 @@ from typing import Any
 import aiohttp
 
 from examples.batch import BatchFramework, BatchSpec
-from tests.cluster import LocalCluster, fast
+from tests.cluster import AgentProcess, LocalCluster, fast, spawn_agent_process
 from tests.recording import running
 from tests.waiting import wait_for_condition
 
@@ -107,7 +107,8 @@ async def test_a_role_not_in_the_file_is_created_with_weight_one(tmp_path: Path)
 
 
 @contextlib.asynccontextmanager
-async def master_process(tmp_path: Path, roles_file: Path) -> AsyncIterator[tuple[Any, str]]:
+async def master_process(tmp_path: Path, roles_file: Path) -> AsyncIterator[tuple[Any, str, str]]:
+    """`mesolite master --roles FILE` in its own process: (process, HTTP address, gRPC address)."""
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -128,7 +129,8 @@ async def master_process(tmp_path: Path, roles_file: Path) -> AsyncIterator[tupl
         assert process.stdout is not None
         first = await asyncio.wait_for(process.stdout.readline(), 20)
         http = first.decode().split("(HTTP ")[1].split(")")[0]
-        yield process, http
+        grpc = first.decode().split("is listening on ")[1].split(" ")[0]
+        yield process, http, grpc
     finally:
         if process.returncode is None:
             process.terminate()
@@ -141,7 +143,7 @@ async def test_sighup_reloads_roles_and_keeps_them_when_the_file_is_invalid(
     roles_file = tmp_path / "roles.toml"
     roles_file.write_text(ROLES)
     async with (
-        master_process(tmp_path, roles_file) as (process, http),
+        master_process(tmp_path, roles_file) as (process, http, _),
         aiohttp.ClientSession() as session,
     ):
 
@@ -166,9 +168,79 @@ async def test_sighup_reloads_roles_and_keeps_them_when_the_file_is_invalid(
         assert await weight("ops") == 5.0  # the old configuration stays
 
 
-async def wait_for_condition_async(read: Any, expected: object, timeout: float = 20.0) -> None:
+TWO_ROLES = """
+[roles.eng]
+
+[roles.ops]
+"""
+
+
+async def test_sighup_new_weights_decide_the_next_offers(tmp_path: Path) -> None:
+    # Tasks of <1 CPU, 64 MB> on agents with exactly 64 MB per CPU: nothing but
+    # whole tasks is ever offered, and shares are task counts over the CPUs.
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(TWO_ROLES)
+    agents: list[AgentProcess] = []
+    async with (
+        master_process(tmp_path, roles_file) as (process, http, grpc),
+        aiohttp.ClientSession() as session,
+        contextlib.AsyncExitStack() as stack,
+    ):
+
+        async def state() -> dict[str, Any]:
+            async with session.get(f"http://{http}/state") as response:
+                data: dict[str, Any] = await response.json()
+                return data
+
+        async def tasks() -> dict[str, int]:
+            return {f["name"]: f["running_tasks"] for f in (await state())["frameworks"]}
+
+        async def all_tasks() -> int:
+            return sum((await tasks()).values())
+
+        async def ops_weight() -> float:
+            return float(role(await state(), "ops")["weight"])
+
+        async def stop_agents() -> None:
+            for agent in agents:
+                await agent.cleanup()
+
+        stack.push_async_callback(stop_agents)
+        eng, ops = batch("eng", "eng"), batch("ops", "ops")
+        for fw in (eng, ops):
+            await stack.enter_async_context(running(fw, grpc))
+        agents.append(await spawn_agent_process(grpc, tmp_path / "a1", "cpus:4;mem:256", "a1"))
+        await wait_for_condition_async(tasks, {"eng": 2, "ops": 2})  # equal weights
+
+        roles_file.write_text(TWO_ROLES.replace("[roles.ops]\n", "[roles.ops]\nweight = 3\n"))
+        process.send_signal(signal.SIGHUP)
+        await wait_for_condition_async(ops_weight, 3.0)
+
+        # One CPU comes free, nothing else changes: one of eng's tasks is killed.
+        # Under the old weights eng (1 of 4 CPUs) is below ops (2 of 4) and gets
+        # it back; under the new ones ops' weighted share is 2/4 / 3 = 1/6 < 1/4.
+        current = await state()
+        eng_id = next(f["id"] for f in current["frameworks"] if f["name"] == "eng")
+        victim = next(t["id"] for t in current["tasks"] if t["framework_id"] == eng_id)
+        await eng.kill(victim)
+        await wait_for_condition_async(tasks, {"eng": 1, "ops": 3}, what="the freed CPU to ops")
+
+        # Eight more CPUs, offered task by task to the lower weighted share: ops
+        # and eng tie (1/12 each; eng was created first), then ops to 6, a tie
+        # again, eng to 3, ops to 9: 3 to 9, weighted shares equal. The old
+        # weights would have split the 12 CPUs 6 and 6.
+        agents.append(await spawn_agent_process(grpc, tmp_path / "a2", "cpus:8;mem:512", "a2"))
+        await wait_for_condition_async(all_tasks, 12, what="12 tasks on the two agents")
+        assert await tasks() == {"eng": 3, "ops": 9}
+
+
+async def wait_for_condition_async(
+    read: Any, expected: object, timeout: float = 20.0, what: str = ""
+) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while (value := await read()) != expected:
         if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out: still {value!r}, expected {expected!r}")
+            raise AssertionError(
+                f"timed out{' on ' + what if what else ''}: still {value!r}, expected {expected!r}"
+            )
         await asyncio.sleep(0.05)

@@ -124,16 +124,33 @@ async def fake_master(address: str = "127.0.0.1:0") -> AsyncIterator[FakeMaster]
 
 
 @contextlib.asynccontextmanager
-async def running(framework: Framework, master: FakeMaster) -> AsyncIterator[asyncio.Task[None]]:
-    """Run `framework` against `master` in the background, subscribed; stop it on exit."""
+async def running(
+    framework: Framework,
+    master: FakeMaster,
+    raises: type[BaseException] | None = None,
+) -> AsyncIterator[asyncio.Task[None]]:
+    """Run `framework` against `master` in the background, subscribed; stop it on exit.
+
+    On exit `run()` must have ended by itself or end on `stop()`, and whatever it
+    raised is raised here, so a test cannot pass over a crash. A test that
+    expects `run()` to fail says so with `raises`: then it must fail that way.
+    """
     task = asyncio.create_task(framework.run(master.address))
     try:
         await wait_for_condition(lambda: framework.connected or task.done(), what="SUBSCRIBED")
         yield task
     finally:
         await within(framework.stop(), what="stop()")
-        if not task.done():
-            task.cancel()
-        # The test checks run()'s outcome itself when it cares; here it only must end.
-        with contextlib.suppress(BaseException):
-            await task
+        try:
+            await within(asyncio.wait({task}), what="run() to end after stop()")
+        finally:
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+    error = task.exception()
+    if raises is None:
+        if error is not None:
+            raise error
+    elif not isinstance(error, raises):
+        raise AssertionError(f"run() should have raised {raises.__name__}, not {error!r}")

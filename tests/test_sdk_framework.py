@@ -312,7 +312,7 @@ async def test_an_exception_in_a_callback_ends_run() -> None:
             raise RuntimeError("bug in the framework")
 
     framework = Broken()
-    async with fake_master() as master, running(framework, master) as task:
+    async with fake_master() as master, running(framework, master, raises=RuntimeError) as task:
         master.send_offers(offer("o1"))
         await within(asyncio.wait({task}), what="run() to end")
         assert isinstance(task.exception(), RuntimeError)

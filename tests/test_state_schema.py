@@ -53,7 +53,9 @@ async def test_a_real_clusters_state_conforms(tmp_path: Path) -> None:
     roles.write_text(ROLES)
     async with LocalCluster(tmp_path, fast(roles_file=roles)) as cluster:
         doomed = await cluster.add_agent("cpus:1;mem:256", name="doomed")
-        await doomed.stop()  # removed once its heartbeats are overdue
+        doomed_id = doomed.agent_id
+        assert doomed_id is not None
+        await doomed.stop()  # removed once its heartbeats are overdue (time_out_agents below)
         await wait_for_condition(
             lambda: not any(a.connected for a in build_snapshot(cluster.master).agents),
             what="the stopped agent to be disconnected",
@@ -73,10 +75,7 @@ async def test_a_real_clusters_state_conforms(tmp_path: Path) -> None:
             async with running(holder, cluster.address):
                 await cluster.add_agent("cpus:2;mem:2048", name="beta")
                 await holder.next_offer()  # and keeps it: an outstanding offer
-                await wait_for_condition(
-                    lambda: build_snapshot(cluster.master).removed_agents != (),
-                    what="the stopped agent to be removed",
-                )
+                await cluster.time_out_agents(doomed_id)
                 document = await cluster.state()
 
     errors = [f"{list(e.absolute_path)}: {e.message}" for e in validator().iter_errors(document)]

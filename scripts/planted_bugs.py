@@ -1,0 +1,166 @@
+"""Plant known allocator bugs one at a time and check that the tests catch each.
+
+    python scripts/planted_bugs.py [--only NAME ...] [--tests FILE ...]
+
+Each bug is a one-line change to the code (the ones issue 9 found passing every
+test, and a few more). For each, the file is patched, the given test files run
+(default: the allocator's fast unit tests), and the file restored, whatever
+happens. A bug "caught" is one that makes pytest fail; the script exits 1 if
+any bug went uncaught. Run it from the project root with nothing else editing
+these files: it changes them in place for the length of each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Bug:
+    name: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...] = ()  # the tests that must catch it (default: all fast ones)
+
+
+FAST_TESTS = (
+    "tests/test_allocator.py",
+    "tests/test_role_tree.py",
+    "tests/test_allocator_hierarchy.py",
+)
+
+BUGS = [
+    Bug(
+        "nested limit takes max of the headroom",
+        "master/role_tree.py",
+        "room[name] = min(cap, room.get(name, cap))",
+        "room[name] = max(cap, room.get(name, cap))",
+    ),
+    Bug(
+        "guarantee tier looks at CPUs only",
+        "master/role_tree.py",
+        "below = not role.allocation.contains(role.guarantee)",
+        'below = role.allocation.get_amount("cpus") < role.guarantee.get_amount("cpus")',
+    ),
+    Bug(
+        "a child ignores its parent's headroom",
+        "master/role_tree.py",
+        "room = _narrow(headroom, child.limit, child.allocation)",
+        "room = _narrow(None, child.limit, child.allocation)",
+    ),
+    Bug(
+        "remove_agent leaves the filter index behind",
+        "master/allocator.py",
+        "            self._frameworks[framework_id].filtered_agents.discard(agent_id)\n"
+        "        self._set_total",
+        "            pass\n        self._set_total",
+    ),
+    Bug(
+        "framework ties broken by id, not subscription order",
+        "master/role_tree.py",
+        "return (share, framework.seq, framework.framework_id)",
+        "return (share, 0, framework.framework_id)",
+    ),
+    Bug(
+        "sibling role ties broken by name, not creation order",
+        "master/role_tree.py",
+        "            role.seq,\n            role.name,",
+        "            0,\n            role.name,",
+    ),
+    Bug(
+        "a role at its limit in what it limits gets nothing (the old skip)",
+        "master/role_tree.py",
+        'if room.get("cpus") == 0 and room.get("mem") == 0:',
+        "if room and not any(room.values()):",
+    ),
+    Bug(
+        "weights ignored in the role order",
+        "master/role_tree.py",
+        "            self._weighted(role.allocation, role.weight),",
+        "            self.policy.share(role.allocation, self._total),",
+    ),
+    Bug(
+        "the group of a role's own frameworks is ranked by its biggest framework",
+        "master/role_tree.py",
+        "return (1, self.policy.share(group.allocation, self._total), group.seq, _GROUP)",
+        "return (1, max((k[0] for k in group.order), default=0.0), group.seq, _GROUP)",
+    ),
+    Bug(
+        "a filter blocks even a bigger offer",
+        "master/allocator.py",
+        "elif refused.resources.contains(free):",
+        "else:",
+    ),
+    Bug(
+        "expired filters still apply",
+        "master/allocator.py",
+        "if refused.expires_at <= now:",
+        "if refused.expires_at <= now - 1e9:",
+    ),
+    Bug(
+        "revive keeps the filters",
+        "master/allocator.py",
+        "        framework.suppressed = False\n        self._clear_filters(framework)",
+        "        framework.suppressed = False",
+    ),
+    Bug(
+        "a weight change is not re-sorted",
+        "master/role_tree.py",
+        "        self._reposition_role(role)\n\n    def unconfigure_role",
+        "        pass\n\n    def unconfigure_role",
+    ),
+]
+
+
+def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
+    path = Path(bug.path)
+    original = path.read_text()
+    if original.count(bug.old) != 1:
+        raise SystemExit(f"{bug.name}: the code to change is not found once in {bug.path}")
+    started = time.monotonic()
+    try:
+        path.write_text(original.replace(bug.old, bug.new))
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *tests],
+            capture_output=True,
+            text=True,
+            # Stop the property tests at the first failure instead of shrinking it.
+            env={"MESOLITE_HYPOTHESIS_PROFILE": "fail-fast", **os.environ},
+        )
+    finally:
+        path.write_text(original)
+    failed = [
+        line.split()[1].split("::")[-1]
+        for line in result.stdout.splitlines()
+        if line.startswith("FAILED")
+    ]
+    return result.returncode != 0, time.monotonic() - started, "\n        ".join(failed)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", default=[], help="substrings of bug names")
+    parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
+    args = parser.parse_args()
+    missed = 0
+    for bug in BUGS:
+        if args.only and not any(s in bug.name for s in args.only):
+            continue
+        tests = tuple(args.tests) or bug.tests or FAST_TESTS
+        caught, seconds, failures = run(bug, tests)
+        missed += not caught
+        print(f"{'caught' if caught else 'MISSED'}  {seconds:5.1f}s  {bug.name}", flush=True)
+        if failures:
+            print(f"        {failures}", flush=True)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
