@@ -384,3 +384,16 @@ def test_granting_more_than_is_free_is_an_error() -> None:
     allocator.add_framework("A", "*")
     with pytest.raises(ValueError, match=r"^agent s1 has only cpus:1;mem:1024 free, not cpus:2$"):
         allocator.grant("A", "s1", Resources(cpus=2))
+
+
+def test_adding_an_agent_or_a_framework_twice_is_an_error() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1))
+    with pytest.raises(KeyError, match="agent s1 is already known to the allocator"):
+        allocator.add_agent("s1", Resources(cpus=2))
+    assert allocator.total == Resources(cpus=1)
+    assert allocator.add_framework("A", "eng") is True  # a new role
+    assert allocator.add_framework("B", "eng") is False
+    with pytest.raises(KeyError, match="framework A is already known to the allocator"):
+        allocator.add_framework("A", "ops")
+    assert allocator.roles.framework_role("A") == "eng"

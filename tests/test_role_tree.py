@@ -339,3 +339,23 @@ def test_an_offer_is_cut_to_the_last_thousandth_of_room() -> None:
     allocator.add_framework("f", "r")
     allocator.grant("f", "s0", Resources(gpus=1))  # a task that holds one GPU
     assert allocator.allocate() == [Allocation("f", "s0", Resources(cpus=4, mem=1024, gpus=0.001))]
+
+
+def test_a_group_that_comes_back_is_placed_by_what_it_holds_now() -> None:
+    tree = RoleTree()
+    tree.set_total(Resources(cpus=4))
+    tree.add_framework("own", "eng", wants=False)
+    tree.add_framework("ml", "eng/ml", wants=True)
+    tree.allocated("ml", Resources(cpus=1))
+    assert [fid for fid, _ in tree.candidates()] == ["ml"]  # (re)built while eng's own want nothing
+    tree.allocated("own", Resources(cpus=2))  # tasks it runs
+    tree.set_wants("own", True)
+    # eng's group holds 2/4, eng/ml 1/4: ml first, then own, once each.
+    assert [fid for fid, _ in tree.candidates()] == ["ml", "own"]
+
+
+def test_adding_a_framework_twice_is_an_error() -> None:
+    tree = RoleTree()
+    tree.add_framework("f", "eng", wants=True)
+    with pytest.raises(KeyError, match="framework f is already in the role tree"):
+        tree.add_framework("f", "ops", wants=True)
