@@ -102,8 +102,9 @@ def main() -> int:
         totals["timeout"] += c["timeout"]
         print(f"{path:32} " + _row(row, caught(c), c["equivalent"]))
     n = totals["n"]
-    row = (n, totals["killed"], totals["survived"], totals["no tests"], totals["other"])
-    print(f"{'all':32} " + _row((*row, totals["equivalent"]), caught(totals), totals["equivalent"]))
+    everything = tuple(totals[k] for k in ("n", "killed", "survived", "no tests", "other"))
+    equivalent = totals["equivalent"]
+    print(f"{'all':32} " + _row((*everything, equivalent), caught(totals), equivalent))
     print(
         "score: caught (killed, or timed out) / mutants; "
         "score*: caught / (mutants - reviewed equivalent ones)"
