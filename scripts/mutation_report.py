@@ -19,6 +19,9 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 MUTMUT = [sys.executable, "-m", "mutmut"]
+# A mutant whose tests ran past mutmut's time limit (an endless loop, say) is
+# caught too; the table counts it apart ("other").
+CAUGHT = ("killed", "timeout")
 LINE = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
 
 
@@ -26,6 +29,18 @@ def module_file(name: str) -> str:
     """`master.role_tree.xǁRoleTreeǁ_walk__mutmut_3` -> `master/role_tree.py`."""
     module = name.split(".x", 1)[0].replace(".", "/")
     return f"{module}/__init__.py" if Path(module).is_dir() else f"{module}.py"
+
+
+def caught(counts: Counter[str]) -> int:
+    return sum(counts[status] for status in CAUGHT)
+
+
+def _row(row: tuple[int, ...], caught: int, equivalent: int) -> str:
+    n, killed, survived, no_tests, other, equiv = row
+    return (
+        f"{n:7} {killed:6} {survived:8} {no_tests:8} {other:5} {equiv:6} "
+        f"{caught / n:7.1%} {caught / max(1, n - equivalent):7.1%}"
+    )
 
 
 def results() -> dict[str, str]:
@@ -64,7 +79,7 @@ def main() -> int:
         counts[status] += 1
         if status == "survived" and name in known:
             counts["equivalent"] += 1
-        elif status != "killed":
+        elif status not in CAUGHT:
             open_survivors.append(name)
 
     print(
@@ -78,26 +93,32 @@ def main() -> int:
         other = n - c["killed"] - c["survived"] - c["no tests"]
         row = (n, c["killed"], c["survived"], c["no tests"], other, c["equivalent"])
         totals.update(
-            dict(zip(("n", "killed", "survived", "no tests", "other", "equiv"), row, strict=True))
+            dict(
+                zip(
+                    ("n", "killed", "survived", "no tests", "other", "equivalent"), row, strict=True
+                )
+            )
         )
-        print(
-            f"{path:32} {row[0]:7} {row[1]:6} {row[2]:8} {row[3]:8} {row[4]:5} {row[5]:6} "
-            f"{c['killed'] / n:7.1%} {c['killed'] / max(1, n - c['equivalent']):7.1%}"
-        )
+        totals["timeout"] += c["timeout"]
+        print(f"{path:32} " + _row(row, caught(c), c["equivalent"]))
     n = totals["n"]
+    everything = tuple(totals[k] for k in ("n", "killed", "survived", "no tests", "other"))
+    equivalent = totals["equivalent"]
+    print(f"{'all':32} " + _row((*everything, equivalent), caught(totals), equivalent))
     print(
-        f"{'all':32} {n:7} {totals['killed']:6} {totals['survived']:8} "
-        f"{totals['no tests']:8} {totals['other']:5} {totals['equiv']:6} "
-        f"{totals['killed'] / n:7.1%} {totals['killed'] / max(1, n - totals['equiv']):7.1%}"
+        "score: caught (killed, or timed out) / mutants; "
+        "score*: caught / (mutants - reviewed equivalent ones)"
     )
-    print("score: killed / mutants; score*: killed / (mutants - reviewed equivalent ones)")
+    timeouts = sorted(name for name, status in found.items() if status == "timeout")
+    if timeouts:
+        print(f"timed out (counted as caught): {', '.join(timeouts)}")
     if args.equivalent:
         print(f"survivors not killed and not listed as equivalent: {len(open_survivors)}")
         for name in sorted(open_survivors):
             print(f"  {name}: {found[name]}")
     if args.survivors:
         diffs = []
-        for name in sorted(n for n, s in found.items() if s != "killed"):
+        for name in sorted(n for n, s in found.items() if s not in CAUGHT):
             shown = subprocess.run([*MUTMUT, "show", name], capture_output=True, text=True)
             diffs.append(f"## {name} ({found[name]})\n{shown.stdout.strip()}\n")
         args.survivors.write_text("\n".join(diffs))

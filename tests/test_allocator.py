@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from master.allocator import Allocation, Allocator
+from master.allocator import Allocation, Allocator, RoleSettings
 from mesolite.resources import Resources
 from tests.simulate import FakeClock, run_one_task_per_offer
 
@@ -295,3 +295,105 @@ def test_the_smallest_offer_is_0_01_cpus_or_32_mb() -> None:
     assert len(offered(Resources(cpus=0.01))) == 1
     assert len(offered(Resources(mem=32))) == 1
     assert offered(Resources(cpus=0.009, mem=31.999, disk=1e6)) == []
+
+
+def test_a_decline_without_a_filter_keeps_an_earlier_filter() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=3, mem=3072))
+    allocator.add_framework("A", "*")
+    allocator.grant("A", "s1", Resources(cpus=0.5, mem=512))  # a task A runs there
+    [offer] = allocator.allocate()
+    allocator.recover("A", "s1", offer.resources, refuse_seconds=100)  # 2.5 CPUs, 2.5 GB
+    allocator.add_framework("B", "*")
+    [to_b] = allocator.allocate()
+    allocator.recover("B", "s1", to_b.resources - Resources(cpus=1, mem=1024))  # B keeps 1 CPU
+    allocator.suppress("B")
+    assert allocator.allocate() == []  # 1.5 CPUs free, within what A declined
+    # A's task ends (no filter): 2 CPUs free, still within A's filter of 2.5.
+    allocator.recover("A", "s1", Resources(cpus=0.5, mem=512))
+    assert allocator.allocate() == []
+    clock.now = 100.0
+    assert [d.framework_id for d in allocator.allocate()] == ["A"]
+
+
+def test_a_second_partial_decline_replaces_the_first_filter() -> None:
+    # A declines an offer in two parts with filters; only the second filter
+    # stands. When what is free is the first part (which the second filter does
+    # not cover), A is offered it.
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=2, mem=2048))
+    allocator.add_framework("B", "*", connected=False)  # subscribed first
+    allocator.add_framework("A", "*")
+    [offer] = allocator.allocate()
+    assert offer.framework_id == "A"
+    allocator.recover("A", "s1", Resources(cpus=1, mem=1536), refuse_seconds=100)
+    allocator.recover("A", "s1", Resources(cpus=1, mem=512), refuse_seconds=100)
+    allocator.connect_framework("B")
+    [to_b] = allocator.allocate()  # both hold nothing: B, subscribed first
+    assert to_b.framework_id == "B"
+    allocator.recover("B", "s1", Resources(cpus=1, mem=1536))  # B keeps <1 CPU, 512 MB>
+    allocator.suppress("B")
+    assert allocator.allocate() == [Allocation("A", "s1", Resources(cpus=1, mem=1536))]
+
+
+def test_an_agent_everyone_declined_is_offered_again_when_anything_changes() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    allocator.add_framework("B", "*")
+
+    def decline_all(seconds: float) -> None:
+        while decisions := allocator.allocate():
+            for d in decisions:
+                allocator.recover(d.framework_id, d.agent_id, d.resources, seconds)
+
+    decline_all(10)
+    assert allocator.allocate() == []  # both declined it
+    allocator.add_framework("C", "*")  # a newcomer has not
+    assert [d.framework_id for d in allocator.allocate()] == ["C"]
+    allocator.remove_framework("C")
+    assert allocator.allocate() == []
+    allocator.revive("B")  # B takes its decline back
+    assert [d.framework_id for d in allocator.allocate()] == ["B"]
+    allocator.recover("B", "s1", Resources(cpus=1, mem=1024), refuse_seconds=10)
+    allocator.suppress("A")  # B alone wants offers, and has declined
+    assert allocator.allocate() == []
+    allocator.configure_roles({"*": RoleSettings(weight=2.0)})
+    assert allocator.allocate() == []  # a reconfiguration changes no filter
+    clock.now = 10.0  # both filters expire (B's was set at 0, like A's)
+    assert [d.framework_id for d in allocator.allocate()] == ["B"]
+
+
+def test_set_role_weight_wants_a_positive_weight_and_keeps_the_limit() -> None:
+    allocator = Allocator(FakeClock())
+    with pytest.raises(ValueError, match=r"^weight of role 'r' must be positive, got 0$"):
+        allocator.set_role_weight("r", 0)
+    allocator.configure_roles({"r": RoleSettings(limit={"cpus": 1, "gpus": 0})})
+    allocator.set_role_weight("r", 2.0)
+    assert allocator.roles.role_limit("r") == {"cpus": 1.0, "gpus": 0.0}
+    allocator.add_agent("s1", Resources(cpus=4, mem=1024, gpus=1))
+    allocator.add_framework("f", "r")
+    assert allocator.allocate() == [Allocation("f", "s1", Resources(cpus=1, mem=1024))]
+
+
+def test_granting_more_than_is_free_is_an_error() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1, mem=1024))
+    allocator.add_framework("A", "*")
+    with pytest.raises(ValueError, match=r"^agent s1 has only cpus:1;mem:1024 free, not cpus:2$"):
+        allocator.grant("A", "s1", Resources(cpus=2))
+
+
+def test_adding_an_agent_or_a_framework_twice_is_an_error() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", Resources(cpus=1))
+    with pytest.raises(KeyError, match="agent s1 is already known to the allocator"):
+        allocator.add_agent("s1", Resources(cpus=2))
+    assert allocator.total == Resources(cpus=1)
+    assert allocator.add_framework("A", "eng") is True  # a new role
+    assert allocator.add_framework("B", "eng") is False
+    with pytest.raises(KeyError, match="framework A is already known to the allocator"):
+        allocator.add_framework("A", "ops")
+    assert allocator.roles.framework_role("A") == "eng"

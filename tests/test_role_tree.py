@@ -290,3 +290,72 @@ def test_role_weight_and_activity_as_the_master_reads_them() -> None:
     assert tree.role_active("gold/sub")
     allocator.suppress("g")
     assert not tree.role_active("gold") and not tree.role_active("gold/sub")
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan")])
+def test_a_role_weight_must_be_a_number_at_least_0(weight: float) -> None:
+    with pytest.raises(ValueError, match=r"^weight of role 'r' must be >= 0, got "):
+        RoleTree().configure_role("r", weight, Resources(), None)
+
+
+def test_the_walk_goes_on_past_a_group_that_cannot_take_the_agent() -> None:
+    # eng's own framework (its group comes first: created with eng) declined
+    # the agent; the walk must go on to eng's child role.
+    allocator = cluster(1)
+    allocator.add_framework("own", "eng")
+    [offer] = allocator.allocate()
+    allocator.recover("own", "s0", offer.resources, refuse_seconds=100)
+    allocator.add_framework("ml", "eng/ml")
+    assert [d.framework_id for d in allocator.allocate()] == ["ml"]
+
+
+def test_the_walk_goes_on_past_a_role_with_no_room_left() -> None:
+    allocator = cluster(1)
+    allocator.configure_roles(
+        {"full": RoleSettings(limit={"cpus": 0, "mem": 0}), "open": RoleSettings()}
+    )
+    allocator.add_framework("f-full", "full")  # created first: wins the tie, but has no room
+    allocator.add_framework("f-open", "open")
+    assert [d.framework_id for d in allocator.allocate()] == ["f-open"]
+
+
+def test_a_child_limit_below_its_parents_is_its_own() -> None:
+    # eng limits CPUs to 3 and memory to 2 GB, eng/ml CPUs to 1: ml gets 1 CPU,
+    # and memory up to its parent's limit.
+    allocator = cluster(1, Resources(cpus=4, mem=4096))
+    allocator.configure_roles(
+        {
+            "eng": RoleSettings(limit={"cpus": 3, "mem": 2048}),
+            "eng/ml": RoleSettings(limit={"cpus": 1}),
+        }
+    )
+    allocator.add_framework("ml", "eng/ml")
+    assert allocator.allocate() == [Allocation("ml", "s0", Resources(cpus=1, mem=2048))]
+
+
+def test_an_offer_is_cut_to_the_last_thousandth_of_room() -> None:
+    allocator = cluster(1, Resources(cpus=4, mem=1024, gpus=2))
+    allocator.configure_roles({"r": RoleSettings(limit={"gpus": 1.001})})
+    allocator.add_framework("f", "r")
+    allocator.grant("f", "s0", Resources(gpus=1))  # a task that holds one GPU
+    assert allocator.allocate() == [Allocation("f", "s0", Resources(cpus=4, mem=1024, gpus=0.001))]
+
+
+def test_a_group_that_comes_back_is_placed_by_what_it_holds_now() -> None:
+    tree = RoleTree()
+    tree.set_total(Resources(cpus=4))
+    tree.add_framework("own", "eng", wants=False)
+    tree.add_framework("ml", "eng/ml", wants=True)
+    tree.allocated("ml", Resources(cpus=1))
+    assert [fid for fid, _ in tree.candidates()] == ["ml"]  # (re)built while eng's own want nothing
+    tree.allocated("own", Resources(cpus=2))  # tasks it runs
+    tree.set_wants("own", True)
+    # eng's group holds 2/4, eng/ml 1/4: ml first, then own, once each.
+    assert [fid for fid, _ in tree.candidates()] == ["ml", "own"]
+
+
+def test_adding_a_framework_twice_is_an_error() -> None:
+    tree = RoleTree()
+    tree.add_framework("f", "eng", wants=True)
+    with pytest.raises(KeyError, match="framework f is already in the role tree"):
+        tree.add_framework("f", "ops", wants=True)
