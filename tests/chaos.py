@@ -344,12 +344,17 @@ class Chaos:
                     report.silently_lost += 1
                     report.violations.append(f"{name}: task {task_id} never reached an end it saw")
             long_outages = self.long_outages()
+            # An id the master gave out that no agent process ever logged as its own:
+            # the process died (SIGKILL) between being registered and hearing so, so
+            # no process will ever come back under it, and its tasks are rightly lost.
+            known = self.registered_ids()
             for status in ledger.shown:
                 removed = "was removed" in status.message or "did not re-register" in status.message
                 if (
                     status.state is TaskState.LOST
                     and removed
                     and status.agent_id not in long_outages
+                    and status.agent_id in known
                 ):
                     report.lost_with_agent_up += 1
                     report.violations.append(
@@ -410,13 +415,20 @@ class Chaos:
         """
         long = set()
         for i, agent_id, killed in self.kills:
-            back = [
-                t for t in _registrations(self.work_dir / f"agent{i}" / "agent.log") if t > killed
-            ]
+            log = self.work_dir / f"agent{i}" / "agent.log"
+            back = [t for t, _ in _registrations(log) if t > killed]
             silence = (min(back) if back else float("inf")) - killed
             if silence + HEARTBEAT_INTERVAL >= AGENT_TIMEOUT:
                 long.add(agent_id)
         return long
+
+    def registered_ids(self) -> set[str]:
+        """Every agent id some agent process logged `registered` under."""
+        return {
+            agent_id
+            for i in range(AGENTS)
+            for _, agent_id in _registrations(self.work_dir / f"agent{i}" / "agent.log")
+        }
 
     async def judge_orphans(self) -> None:
         """Every task process has ended; a gone framework's are counted apart."""
@@ -448,18 +460,18 @@ class Chaos:
         await self.master.stop()
 
 
-_REGISTERED = re.compile(r"^(\S+Z) \[\w+\s*\] registered\s")
+_REGISTERED = re.compile(r"^(\S+Z) \[\w+\s*\] registered\s.*\bagent_id=(\S+)")
 
 
-def _registrations(log: Path) -> list[float]:
-    """When the agent logged `registered` (wall clock), from its console-format log."""
-    times = []
+def _registrations(log: Path) -> list[tuple[float, str]]:
+    """(when, agent id) of each `registered` the agent logged (console format, wall clock)."""
+    found = []
     with contextlib.suppress(OSError):
         for line in log.read_text(errors="replace").splitlines():
             if match := _REGISTERED.match(line):
                 stamp = datetime.fromisoformat(match.group(1).replace("Z", "+00:00"))
-                times.append(stamp.timestamp())
-    return times
+                found.append((stamp.timestamp(), match.group(2)))
+    return found
 
 
 def _task_alive(checkpoint: Path) -> bool:
