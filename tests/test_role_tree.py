@@ -359,3 +359,29 @@ def test_adding_a_framework_twice_is_an_error() -> None:
     tree.add_framework("f", "eng", wants=True)
     with pytest.raises(KeyError, match="framework f is already in the role tree"):
         tree.add_framework("f", "ops", wants=True)
+
+
+def test_a_group_is_one_entry_however_many_of_its_frameworks_come_and_go() -> None:
+    tree = RoleTree()
+    tree.set_total(Resources(cpus=4))
+    tree.add_framework("ml", "eng/ml", wants=True)
+    assert [fid for fid, _ in tree.candidates()] == ["ml"]  # built; changes are incremental now
+    tree.add_framework("own1", "eng", wants=True)
+    tree.add_framework("own2", "eng", wants=True)
+    tree.allocated("own1", Resources(cpus=1))
+    tree.allocated("ml", Resources(cpus=0.5))
+    # eng's group holds 1/4 and eng/ml 1/8: ml, then the group (own2 before own1).
+    assert [fid for fid, _ in tree.candidates()] == ["ml", "own2", "own1"]
+    tree.set_wants("own1", False)
+    tree.set_wants("own2", False)
+    assert [fid for fid, _ in tree.candidates()] == ["ml"]
+    tree.set_wants("own2", True)
+    assert [fid for fid, _ in tree.candidates()] == ["ml", "own2"]
+
+
+def test_ensure_role_says_whether_the_role_is_new() -> None:
+    tree = RoleTree()
+    assert tree.ensure_role("a/b") is True
+    assert tree.ensure_role("a/b") is False
+    assert tree.ensure_role("a") is False  # created as a/b's parent
+    assert tree.ensure_role("*") is False  # always there
