@@ -46,6 +46,23 @@ class StatusUpdateHandling(MasterCore):
                     state=status.state.value,
                 )
                 return
+            if not status.state.is_terminal:
+                # A retry of an update from before the task's end (which the master
+                # may have decided itself, say LOST): forwarded, it would show the
+                # framework a live state after the end. Acknowledged here instead.
+                if agent.outbox is not None:
+                    agent.outbox.send(
+                        msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+                    )
+                log.info(
+                    "stale update of an ended task acknowledged by the master",
+                    agent_id=agent_id,
+                    framework_id=status.framework_id,
+                    task_id=status.task_id,
+                    state=status.state.value,
+                    ended=task.state.value,
+                )
+                return
         elif status.update_id not in task.applied_updates:
             task.applied_updates.add(status.update_id)
             task.status = status

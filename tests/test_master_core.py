@@ -353,6 +353,22 @@ def test_an_old_update_retried_does_not_move_a_task_back(core: CoreHarness) -> N
     assert [s.update_id for s in core.updates(fw)] == ["u1", "u2", "u1"]  # forwarded anyway
 
 
+def test_a_retried_update_from_before_the_end_is_not_shown_after_it(core: CoreHarness) -> None:
+    """RUNNING is applied but not yet acknowledged when the master ends the task
+    itself (LOST); the agent's retry of RUNNING must not reach the framework after
+    the LOST (found by the fault injection: RUNNING after LOST)."""
+    fw = core.subscribe()
+    agent = core.add_agent()
+    spec = core.launch(fw, core.allocate_for(fw)[0], "t1", "cpus:1;mem:64")
+    running = core.update(agent, fw, "t1", TaskState.RUNNING, update_id="r1")
+    core.master.disconnect_agent(agent.agent_id, agent.peer)
+    back = core.add_agent(agent_id=agent.agent_id)  # no longer reports t1: LOST
+    core.master.status_update(back.agent_id, running)  # the agent retries RUNNING
+    assert [(s.state, s.update_id) for s in core.updates(fw)][-1][0] is TaskState.LOST
+    assert [a.update_id for a in back.peer.take(msg.AcknowledgeUpdate)] == ["r1"]
+    assert spec.task_id not in core.master.frameworks[fw.framework_id].tasks
+
+
 def test_an_update_for_an_unknown_task_is_acknowledged_by_the_master(core: CoreHarness) -> None:
     fw = core.subscribe()
     agent = core.add_agent()
