@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from master import messages as msg
 from master.core import MasterCore, checked, log
 from master.errors import CallRejected
-from master.state import FrameworkRecord, TaskRecord
+from master.state import AgentRecord, FrameworkRecord, TaskRecord
 from mesolite.model import (
     StatusSource,
     TaskState,
@@ -34,34 +34,13 @@ class StatusUpdateHandling(MasterCore):
             task = self._completed_task(framework, status.task_id) if framework else None
             if task is None or status.update_id not in task.applied_updates:
                 # Nobody is left to acknowledge it: do so, so the agent stops retrying.
-                if agent.outbox is not None and status.update_id:
-                    agent.outbox.send(
-                        msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
-                    )
-                log.info(
-                    "update for an unknown task acknowledged by the master",
-                    agent_id=agent_id,
-                    framework_id=status.framework_id,
-                    task_id=status.task_id,
-                    state=status.state.value,
-                )
+                self._acknowledge_here(agent, status, "update for an unknown task")
                 return
             if not status.state.is_terminal:
                 # A retry of an update from before the task's end (which the master
                 # may have decided itself, say LOST): forwarded, it would show the
                 # framework a live state after the end. Acknowledged here instead.
-                if agent.outbox is not None:
-                    agent.outbox.send(
-                        msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
-                    )
-                log.info(
-                    "stale update of an ended task acknowledged by the master",
-                    agent_id=agent_id,
-                    framework_id=status.framework_id,
-                    task_id=status.task_id,
-                    state=status.state.value,
-                    ended=task.state.value,
-                )
+                self._acknowledge_here(agent, status, "stale update of an ended task")
                 return
         elif status.update_id not in task.applied_updates:
             task.applied_updates.add(status.update_id)
@@ -93,6 +72,20 @@ class StatusUpdateHandling(MasterCore):
             agent.outbox.send(
                 msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
             )
+
+    def _acknowledge_here(self, agent: AgentRecord, status: TaskStatus, what: str) -> None:
+        """Acknowledge an update no framework will see, so the agent stops re-sending it."""
+        if agent.outbox is not None and status.update_id:
+            agent.outbox.send(
+                msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
+            )
+        log.info(
+            f"{what} acknowledged by the master",
+            agent_id=agent.agent_id,
+            framework_id=status.framework_id,
+            task_id=status.task_id,
+            state=status.state.value,
+        )
 
     def kill(self, framework_id: str, task_id: str) -> None:
         framework = self._framework(framework_id)
