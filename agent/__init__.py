@@ -4,11 +4,11 @@ Run one with ``await Agent(AgentConfig(master, detect_resources(work_dir), work_
 or as ``async with Agent(config) as agent:`` to run it in the background.
 """
 
-from agent.agent import Agent
-from agent.config import AgentConfig
-from agent.errors import AgentError, AgentRegistrationError
-from agent.resources import detect_resources
-from agent.tasks import TaskRunner, TaskTransition
+from mesolite.agent.agent import Agent
+from mesolite.agent.config import AgentConfig
+from mesolite.agent.errors import AgentError, AgentRegistrationError
+from mesolite.agent.resources import detect_resources
+from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.backoff import Backoff
 
 __all__ = [

@@ -14,10 +14,10 @@ import grpc
 import grpc.aio
 import structlog
 
-from agent import _wire as wire
+from mesolite.agent import _wire as wire
 from mesolite.v1 import agent_pb2
 
-log = structlog.get_logger("agent.agent")
+log = structlog.get_logger("mesolite.agent.agent")
 
 # Messages for the stream's writer; None asks it to half-close the stream.
 Outbox: TypeAlias = "asyncio.Queue[agent_pb2.AgentCall | None]"

@@ -20,8 +20,8 @@ from typing import IO, Any
 
 import structlog
 
-from agent import _task_wrapper
-from agent._checkpoint import read_json
+from mesolite.agent import _task_wrapper
+from mesolite.agent._checkpoint import read_json
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 

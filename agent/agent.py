@@ -54,15 +54,15 @@ import grpc
 import grpc.aio
 import structlog
 
-from agent import _wire as wire
-from agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
-from agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
-from agent._stream import Outbox, StreamEnd, heartbeats, read_event, write_loop
-from agent._stream import ended as stream_ended
-from agent._updates import StatusUpdates
-from agent.config import AgentConfig
-from agent.errors import AgentError, AgentRegistrationError
-from agent.tasks import TaskRunner, TaskTransition
+from mesolite.agent import _wire as wire
+from mesolite.agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
+from mesolite.agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
+from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event, write_loop
+from mesolite.agent._stream import ended as stream_ended
+from mesolite.agent._updates import StatusUpdates
+from mesolite.agent.config import AgentConfig
+from mesolite.agent.errors import AgentError, AgentRegistrationError
+from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import EMPTY, Resources

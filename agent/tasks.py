@@ -57,9 +57,9 @@ from pathlib import Path
 
 import structlog
 
-from agent import _task_wrapper
-from agent._checkpoint import read_json, write_json_atomically
-from agent._procs import (
+from mesolite.agent import _task_wrapper
+from mesolite.agent._checkpoint import read_json, write_json_atomically
+from mesolite.agent._procs import (
     find_process,
     is_alive,
     process_start_time,
@@ -67,7 +67,7 @@ from agent._procs import (
     wait_for_exit,
     wait_readable,
 )
-from agent._task_records import (
+from mesolite.agent._task_records import (
     CHECKPOINT_FILE,
     EXIT_FILE,
     WRAPPER_FILE,

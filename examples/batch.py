@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import structlog
 
-from framework_sdk import (
+from mesolite.framework_sdk import (
     Framework,
     MesoliteError,
     Offer,

@@ -6,7 +6,14 @@ Usage: python examples/hello_framework.py [MASTER_HOST:PORT]
 import asyncio
 import sys
 
-from framework_sdk import Framework, Offer, Resources, TaskSpec, TaskStatus, new_task_id
+from mesolite.framework_sdk import (
+    Framework,
+    Offer,
+    Resources,
+    TaskSpec,
+    TaskStatus,
+    new_task_id,
+)
 from mesolite.logs import configure
 
 TASK = Resources(cpus=0.1, mem=32)

@@ -12,7 +12,14 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
     import asyncio
     import sys
 
-    from framework_sdk import Framework, Offer, Resources, TaskSpec, TaskStatus, new_task_id
+    from mesolite.framework_sdk import (
+        Framework,
+        Offer,
+        Resources,
+        TaskSpec,
+        TaskStatus,
+        new_task_id,
+    )
     from mesolite.logs import configure
 
     TASK = Resources(cpus=0.1, mem=32)
@@ -55,15 +62,15 @@ Everything the SDK raises derives from `MesoliteError` (mesolite's one error roo
 help; `InvalidCall` (also a `ValueError`) a call the SDK could tell was wrong.
 """
 
-from framework_sdk._errors import (
+from mesolite.framework_sdk._errors import (
     FrameworkRejected,
     InvalidCall,
     MesoliteError,
     NotConnected,
     RpcError,
 )
-from framework_sdk._framework import Framework
-from framework_sdk._ids import new_task_id
+from mesolite.framework_sdk._framework import Framework
+from mesolite.framework_sdk._ids import new_task_id
 from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 

@@ -22,18 +22,18 @@ import grpc
 import grpc.aio
 import structlog
 
-from framework_sdk._errors import (
+from mesolite import convert
+from mesolite.backoff import Backoff
+from mesolite.files import write_atomically
+from mesolite.framework_sdk._errors import (
     FrameworkRejected,
     InvalidCall,
     MesoliteError,
     NotConnected,
     RpcError,
 )
-from framework_sdk._ids import RecentIds
-from framework_sdk._stream import Stream, StreamLost
-from mesolite import convert
-from mesolite.backoff import Backoff
-from mesolite.files import write_atomically
+from mesolite.framework_sdk._ids import RecentIds
+from mesolite.framework_sdk._stream import Stream, StreamLost
 from mesolite.grpc_utils import create_channel
 from mesolite.model import DEFAULT_ROLE, FrameworkInfo, Offer, TaskSpec, TaskStatus
 from mesolite.resources import Resources

@@ -12,7 +12,7 @@ import grpc
 import grpc.aio
 import structlog
 
-from framework_sdk._errors import NotConnected
+from mesolite.framework_sdk._errors import NotConnected
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 _log = structlog.get_logger(__name__)

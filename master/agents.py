@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from master import messages as msg
-from master import validation
-from master.core import MasterCore, checked, log, with_agent
-from master.effects import Peer
-from master.errors import Refusal, RegistrationRefused
-from master.registry import FrameworkEntry
-from master.state import AgentRecord, FrameworkRecord, TaskRecord
+from mesolite.master import messages as msg
+from mesolite.master import validation
+from mesolite.master.core import MasterCore, checked, log, with_agent
+from mesolite.master.effects import Peer
+from mesolite.master.errors import Refusal, RegistrationRefused
+from mesolite.master.registry import FrameworkEntry
+from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
 from mesolite.model import (
     DEFAULT_ROLE,
     FrameworkInfo,

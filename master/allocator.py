@@ -32,8 +32,8 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from master.policies import DRFPolicy, SharePolicy
-from master.role_tree import RoleTree, clip
+from mesolite.master.policies import DRFPolicy, SharePolicy
+from mesolite.master.role_tree import RoleTree, clip
 from mesolite.resources import EMPTY, Resources
 
 # Mesos offers nothing smaller than this: an offer of a few bytes is useless

@@ -38,21 +38,21 @@ from typing import Any, TypeVar
 
 import structlog
 
-from master import invariants
-from master import messages as msg
-from master.allocator import Allocator
-from master.config import MasterConfig
-from master.effects import Cancellable, Clock, RegistryStore, Timers
-from master.errors import CallRejected
-from master.metrics import MasterMetrics
-from master.policies import make_policy
-from master.registry import Registry, TaskEntry
-from master.roles import RolesConfig, load_roles
-from master.state import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
+from mesolite.master import invariants
+from mesolite.master import messages as msg
+from mesolite.master.allocator import Allocator
+from mesolite.master.config import MasterConfig
+from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
+from mesolite.master.errors import CallRejected
+from mesolite.master.metrics import MasterMetrics
+from mesolite.master.policies import make_policy
+from mesolite.master.registry import Registry, TaskEntry
+from mesolite.master.roles import RolesConfig, load_roles
+from mesolite.master.state import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 
-log = structlog.get_logger("master")
+log = structlog.get_logger("mesolite.master")
 
 _Method = TypeVar("_Method", bound=Callable[..., Any])
 

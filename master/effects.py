@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable
 from typing import Any, Protocol, TypeVar
 
-from master.registry import AgentEntry, FrameworkEntry, TaskEntry
+from mesolite.master.registry import AgentEntry, FrameworkEntry, TaskEntry
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from master import messages as msg
-from master import validation
-from master.core import MasterCore, checked, log
-from master.effects import Peer
-from master.errors import Refusal, RegistrationRefused
-from master.registry import FrameworkEntry
-from master.state import FrameworkRecord
+from mesolite.master import messages as msg
+from mesolite.master import validation
+from mesolite.master.core import MasterCore, checked, log
+from mesolite.master.effects import Peer
+from mesolite.master.errors import Refusal, RegistrationRefused
+from mesolite.master.registry import FrameworkEntry
+from mesolite.master.state import FrameworkRecord
 from mesolite.model import (
     DEFAULT_ROLE,
     FrameworkInfo,

@@ -13,9 +13,9 @@ import functools
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
-from master.master import Master
-from master.read_model import agent_snapshot, build_snapshot
-from master.ui_routes import setup_ui
+from mesolite.master.master import Master
+from mesolite.master.read_model import agent_snapshot, build_snapshot
+from mesolite.master.ui_routes import setup_ui
 
 MASTER_KEY = web.AppKey("master", Master)
 

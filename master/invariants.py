@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from mesolite.resources import EMPTY, Resources
 
 if TYPE_CHECKING:
-    from master.core import MasterCore
+    from mesolite.master.core import MasterCore
 
 
 def check(master: MasterCore) -> list[str]:

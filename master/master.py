@@ -14,16 +14,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from master import messages as msg
-from master.agents import AgentHandling
-from master.config import MasterConfig
-from master.errors import CallRejected, Refusal, RegistrationRefused
-from master.frameworks import FrameworkHandling
-from master.offers import OfferHandling
-from master.recovery import RecoveryHandling
-from master.role_settings import RoleHandling
-from master.state import TaskRecord
-from master.status_updates import StatusUpdateHandling
+from mesolite.master import messages as msg
+from mesolite.master.agents import AgentHandling
+from mesolite.master.config import MasterConfig
+from mesolite.master.errors import CallRejected, Refusal, RegistrationRefused
+from mesolite.master.frameworks import FrameworkHandling
+from mesolite.master.offers import OfferHandling
+from mesolite.master.recovery import RecoveryHandling
+from mesolite.master.role_settings import RoleHandling
+from mesolite.master.state import TaskRecord
+from mesolite.master.status_updates import StatusUpdateHandling
 
 __all__ = ["CallRejected", "Master", "MasterConfig", "Refusal", "RegistrationRefused"]
 

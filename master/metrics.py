@@ -39,13 +39,13 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from master.read_model import build_snapshot
+from mesolite.master.read_model import build_snapshot
 from mesolite.model import TaskState
 from mesolite.resources import Resources
 from mesolite.snapshot import AgentHealth, ClusterSnapshot
 
 if TYPE_CHECKING:
-    from master.master import Master
+    from mesolite.master.master import Master
 
 # No `*_created` series: one start time per counter and label set would double
 # the output, and the text format's consumers do not use them. (Process-wide;

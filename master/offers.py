@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from master import messages as msg
-from master import validation
-from master.core import MasterCore, checked, log, with_agent
-from master.errors import CallRejected
-from master.state import FrameworkRecord, OfferRecord, TaskRecord
+from mesolite.master import messages as msg
+from mesolite.master import validation
+from mesolite.master.core import MasterCore, checked, log, with_agent
+from mesolite.master.errors import CallRejected
+from mesolite.master.state import FrameworkRecord, OfferRecord, TaskRecord
 from mesolite.model import (
     Offer,
     TaskSpec,

@@ -33,7 +33,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from master.policies import DRFPolicy
+from mesolite.master.policies import DRFPolicy
 from mesolite.model import Offer
 from mesolite.resources import EMPTY, Resources
 from mesolite.snapshot import (
@@ -48,8 +48,8 @@ from mesolite.snapshot import (
 )
 
 if TYPE_CHECKING:
-    from master.master import Master
-    from master.state import AgentRecord, FrameworkRecord, TaskRecord
+    from mesolite.master.master import Master
+    from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
 
 COMPLETED_TASKS_SHOWN = 50
 

@@ -44,8 +44,8 @@ Let W be `agent_reregister_timeout`, counted from the master's start.
 
 from __future__ import annotations
 
-from master.core import MasterCore, checked, log
-from master.state import FrameworkRecord
+from mesolite.master.core import MasterCore, checked, log
+from mesolite.master.state import FrameworkRecord
 from mesolite.model import (
     FrameworkInfo,
     TaskState,

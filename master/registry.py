@@ -27,7 +27,7 @@ import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
-from master.errors import MasterError
+from mesolite.master.errors import MasterError
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources
 

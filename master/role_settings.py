@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from master.allocator import RoleSettings
-from master.core import MasterCore, checked, log
-from master.fair_share import ShareInput, compute_fair_shares
-from master.roles import RolesConfigError, load_roles
+from mesolite.master.allocator import RoleSettings
+from mesolite.master.core import MasterCore, checked, log
+from mesolite.master.fair_share import ShareInput, compute_fair_shares
+from mesolite.master.roles import RolesConfigError, load_roles
 from mesolite.resources import Resources
 
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from master.policies import DRFPolicy, SharePolicy
+from mesolite.master.policies import DRFPolicy, SharePolicy
 from mesolite.model import DEFAULT_ROLE
 from mesolite.resources import EMPTY, Resources
 

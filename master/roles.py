@@ -62,7 +62,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from master.errors import MasterError
+from mesolite.master.errors import MasterError
 from mesolite.model import DEFAULT_ROLE
 from mesolite.resources import Resources
 

@@ -18,12 +18,12 @@ import grpc.aio
 import structlog
 from aiohttp import web
 
-from master.effects import AsyncioTimers
-from master.http import create_app
-from master.master import Master, MasterConfig
-from master.read_model import build_snapshot
-from master.servicers import AgentGatewayService, SchedulerService
 from mesolite import grpc_utils
+from mesolite.master.effects import AsyncioTimers
+from mesolite.master.http import create_app
+from mesolite.master.master import Master, MasterConfig
+from mesolite.master.read_model import build_snapshot
+from mesolite.master.servicers import AgentGatewayService, SchedulerService
 from mesolite.snapshot import ClusterSnapshot
 from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
 

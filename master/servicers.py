@@ -16,10 +16,10 @@ import grpc
 import grpc.aio
 import structlog
 
-from master import messages as msg
-from master.master import CallRejected, Master, Refusal, RegistrationRefused
-from master.outbox import Outbox
 from mesolite import convert
+from mesolite.master import messages as msg
+from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
+from mesolite.master.outbox import Outbox
 from mesolite.resources import InvalidResources
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 

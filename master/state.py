@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from master import messages as msg
-from master.effects import Cancellable, Peer
+from mesolite.master import messages as msg
+from mesolite.master.effects import Cancellable, Peer
 from mesolite.model import FrameworkInfo, Offer, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from master import messages as msg
-from master.core import MasterCore, checked, log
-from master.errors import CallRejected
-from master.state import AgentRecord, FrameworkRecord, TaskRecord
+from mesolite.master import messages as msg
+from mesolite.master.core import MasterCore, checked, log
+from mesolite.master.errors import CallRejected
+from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
 from mesolite.model import (
     StatusSource,
     TaskState,

@@ -20,11 +20,11 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from master.config import MasterConfig
-from master.policies import POLICIES
 from mesolite import logs
 from mesolite.errors import MesoliteError
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
+from mesolite.master.config import MasterConfig
+from mesolite.master.policies import POLICIES
 from mesolite.resources import InvalidResources, Resources
 from mesolite.snapshot import ClusterSnapshot, DocumentError
 from mesolite.views import VIEWS, View
@@ -285,10 +285,10 @@ async def _until_signalled() -> None:
 
 
 async def _run_master(args: argparse.Namespace) -> int:
-    from master.master import MasterConfig
-    from master.registry import RegistryError
-    from master.roles import RolesConfigError
-    from master.server import MasterServer
+    from mesolite.master.master import MasterConfig
+    from mesolite.master.registry import RegistryError
+    from mesolite.master.roles import RolesConfigError
+    from mesolite.master.server import MasterServer
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
     config = MasterConfig(
@@ -330,9 +330,9 @@ async def _run_master(args: argparse.Namespace) -> int:
 
 
 async def _run_agent(args: argparse.Namespace) -> int:
-    from agent import Agent, AgentConfig
-    from agent.resources import detect_resources
-    from agent.sandbox_http import SandboxServer, host_towards
+    from mesolite.agent import Agent, AgentConfig
+    from mesolite.agent.resources import detect_resources
+    from mesolite.agent.sandbox_http import SandboxServer, host_towards
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
     given: Resources

@@ -37,7 +37,7 @@ def configure_to_files(
     demo`, whose terminal shows a live table).
 
     `routes` maps logger names (`structlog.get_logger(__name__)`: a module or a package
-    above it) to file names, the longest match winning: ``{"master": "master.log"}``
+    above it) to file names, the longest match winning: ``{"mesolite.master": "master.log"}``
     sends `master.server` and `master.master` there. Anything else goes to `default`, as
     do the standard library's `logging` (asyncio, grpc, aiohttp) and warnings. Returns
     the files, each created (empty) even if nothing is logged to it.

@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from master.allocator import Allocator
+from mesolite.master.allocator import Allocator
 from mesolite.resources import Resources
 
 AGENT = Resources.parse("cpus:24;mem:4096;disk:4096")

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Collection
 from functools import partial
 
-from master.fair_share import ShareInput, compute_fair_shares
+from mesolite.master.fair_share import ShareInput, compute_fair_shares
 from mesolite.resources import Resources
 
 TOTAL = Resources(cpus=100_000, mem=400_000_000, disk=1_000_000_000, gpus=2_000)

@@ -26,7 +26,7 @@ LINE = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>.+)$")
 
 
 def module_file(name: str) -> str:
-    """`master.role_tree.xǁRoleTreeǁ_walk__mutmut_3` -> `master/role_tree.py`."""
+    """`mesolite.master.role_tree.xǁRoleTreeǁ_walk__mutmut_3` -> `mesolite/master/role_tree.py`."""
     module = name.split(".x", 1)[0].replace(".", "/")
     return f"{module}/__init__.py" if Path(module).is_dir() else f"{module}.py"
 

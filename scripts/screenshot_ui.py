@@ -31,12 +31,12 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
-from agent import Agent, AgentConfig
-from agent.sandbox_http import SandboxServer
 from examples.batch import BatchFramework, BatchSpec
-from master.master import MasterConfig
-from master.server import MasterServer
+from mesolite.agent import Agent, AgentConfig
+from mesolite.agent.sandbox_http import SandboxServer
 from mesolite.logs import configure
+from mesolite.master.master import MasterConfig
+from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
 
 ROOT = Path(__file__).resolve().parent.parent

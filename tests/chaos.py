@@ -47,9 +47,9 @@ from typing import Any
 
 import aiohttp
 
-from agent._checkpoint import load_agent_id
-from agent._procs import is_alive
-from framework_sdk import Framework, Offer, Resources, TaskSpec, TaskState, TaskStatus
+from mesolite.agent._checkpoint import load_agent_id
+from mesolite.agent._procs import is_alive
+from mesolite.framework_sdk import Framework, Offer, Resources, TaskSpec, TaskState, TaskStatus
 from tests.cluster import AgentProcess, MasterProcess, spawn_agent_process
 
 AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"

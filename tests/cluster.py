@@ -23,11 +23,11 @@ from typing import Any
 
 import aiohttp
 
-from agent import Agent, AgentConfig, Backoff
-from agent._procs import is_alive
-from agent.sandbox_http import SandboxServer
-from master.master import MasterConfig
-from master.server import MasterServer
+from mesolite.agent import Agent, AgentConfig, Backoff
+from mesolite.agent._procs import is_alive
+from mesolite.agent.sandbox_http import SandboxServer
+from mesolite.master.master import MasterConfig
+from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
 from tests.waiting import wait_for_condition
 

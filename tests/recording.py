@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from framework_sdk import Framework, Offer, TaskState, TaskStatus
+from mesolite.framework_sdk import Framework, Offer, TaskState, TaskStatus
 from tests.waiting import wait_for_condition
 
 

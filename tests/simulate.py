@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from master.allocator import Allocator
-from master.policies import SharePolicy
+from mesolite.master.allocator import Allocator
+from mesolite.master.policies import SharePolicy
 from mesolite.resources import Resources
 
 # Longer than any simulated run: a decline holds until the end.

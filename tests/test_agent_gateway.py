@@ -14,8 +14,8 @@ from typing import Any
 import grpc
 import pytest
 
-from agent import Agent, AgentConfig, AgentRegistrationError, Backoff
 from mesolite import convert
+from mesolite.agent import Agent, AgentConfig, AgentRegistrationError, Backoff
 from mesolite.grpc_utils import bind, create_server
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources

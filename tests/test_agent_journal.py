@@ -6,7 +6,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from agent._journal import Ack, JournalWriter, PendingUpdate, UpdateJournal
+from mesolite.agent._journal import Ack, JournalWriter, PendingUpdate, UpdateJournal
 from mesolite.model import StatusSource, TaskState, TaskStatus
 
 

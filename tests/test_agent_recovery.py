@@ -16,12 +16,12 @@ from typing import Any
 import grpc
 import pytest
 
-from agent import _task_wrapper
-from agent._checkpoint import AGENT_FILE
-from agent._journal import JOURNAL_FILE, PendingUpdate, UpdateJournal
-from agent._procs import process_start_time
-from agent.tasks import WRAPPER_FILE, TaskRunner, TaskTransition
 from mesolite import convert
+from mesolite.agent import _task_wrapper
+from mesolite.agent._checkpoint import AGENT_FILE
+from mesolite.agent._journal import JOURNAL_FILE, PendingUpdate, UpdateJournal
+from mesolite.agent._procs import process_start_time
+from mesolite.agent.tasks import WRAPPER_FILE, TaskRunner, TaskTransition
 from mesolite.model import RunningTask, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from tests.test_agent_gateway import FakeMaster, fake_master_server, make_agent

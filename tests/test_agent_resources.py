@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import agent
-from agent.resources import detect_resources, usable_mb
+from mesolite import agent
+from mesolite.agent.resources import detect_resources, usable_mb
 from mesolite.resources import Resources
 
 GB = 1024**3

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agent._journal import JOURNAL_FILE, PendingUpdate, UpdateJournal
-from agent._procs import is_alive
-from framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.agent._journal import JOURNAL_FILE, PendingUpdate, UpdateJournal
+from mesolite.agent._procs import is_alive
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import AgentProcess, LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition, within

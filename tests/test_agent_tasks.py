@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.tasks import TaskRunner, TaskTransition
+from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
 from tests.waiting import wait_for_condition

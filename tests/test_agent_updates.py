@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent import Backoff
-from agent._updates import StatusUpdates
+from mesolite.agent import Backoff
+from mesolite.agent._updates import StatusUpdates
 from mesolite.model import TaskState, TaskStatus
 
 RETRY = Backoff(initial=1.0, maximum=4.0, jitter=0.0)

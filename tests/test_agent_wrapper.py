@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent import _task_wrapper
-from agent._procs import process_start_time
+from mesolite.agent import _task_wrapper
+from mesolite.agent._procs import process_start_time
 from mesolite.files import write_json_atomically
 from tests.waiting import wait_for_condition, within
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from master.allocator import Allocation, Allocator, RoleSettings
+from mesolite.master.allocator import Allocation, Allocator, RoleSettings
 from mesolite.resources import Resources
 from tests.simulate import FakeClock, run_one_task_per_offer
 

@@ -47,7 +47,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from master.allocator import Allocator, RoleSettings
+from mesolite.master.allocator import Allocator, RoleSettings
 from tests.allocator_model import (
     DEFAULT_ROLE,
     Model,

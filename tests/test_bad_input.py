@@ -14,8 +14,8 @@ import grpc
 import grpc.aio
 import pytest
 
-from agent import Agent
 from mesolite import grpc_utils
+from mesolite.agent import Agent
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.cluster import LocalCluster, fast
 from tests.raw_client import Call, RawFramework, resources

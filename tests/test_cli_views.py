@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console, RenderableType
 
-from framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from mesolite.resources import EMPTY
 from mesolite.snapshot import ClusterSnapshot, FrameworkSnapshot, TaskSnapshot
 from mesolite.views import (

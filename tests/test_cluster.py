@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from examples.batch import BatchFramework, BatchSpec
-from framework_sdk import Offer, Resources, TaskSpec, TaskState
+from mesolite.framework_sdk import Offer, Resources, TaskSpec, TaskState
 from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition

@@ -346,10 +346,15 @@ async def test_a_wheel_installed_in_a_fresh_venv_runs_the_demo(tmp_path: Path) -
     elsewhere = tmp_path / "elsewhere"  # nowhere near a clone
     elsewhere.mkdir()
     where = await run(
-        python, "-c", "import mesolite, master; print(mesolite.__file__, master.__file__)",
+        python, "-c", "import mesolite.master, mesolite.agent, mesolite.framework_sdk as sdk; "
+        "print(mesolite.__file__, mesolite.master.__file__, mesolite.agent.__file__, sdk.__file__)",
         cwd=elsewhere, timeout=60, env=env,
     )  # fmt: skip
     assert all(path.startswith(str(venv)) for path in where.split()), where
+    # The wheel claims no generic top-level name (only `mesolite`).
+    site = next(venv.glob("lib/python*/site-packages"))
+    top_level = {p.name for p in site.iterdir() if not p.name.startswith(("_", "."))}
+    assert not {"master", "agent", "framework_sdk"} & top_level, top_level
     async with demo(
         elsewhere / "demo",
         "--duration", "12", "--task-seconds", "2",

@@ -8,27 +8,21 @@ import pkgutil
 
 import pytest
 
-import agent
-import framework_sdk
-import master
 import mesolite
+from mesolite import framework_sdk
 from mesolite.errors import MesoliteError
 
 pytestmark = pytest.mark.unit
 
-PACKAGES = (mesolite, master, agent, framework_sdk)
-
-
 def defined_exceptions() -> list[type[BaseException]]:
     found = []
-    for package in PACKAGES:
-        for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
-            if info.name.startswith("mesolite.v1"):
-                continue  # generated code
-            module = importlib.import_module(info.name)
-            for _, value in inspect.getmembers(module, inspect.isclass):
-                if issubclass(value, BaseException) and value.__module__ == info.name:
-                    found.append(value)
+    for info in pkgutil.walk_packages(mesolite.__path__, "mesolite."):
+        if info.name.startswith("mesolite.v1"):
+            continue  # generated code
+        module = importlib.import_module(info.name)
+        for _, value in inspect.getmembers(module, inspect.isclass):
+            if issubclass(value, BaseException) and value.__module__ == info.name:
+                found.append(value)
     return found
 
 

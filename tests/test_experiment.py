@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from fractions import Fraction
 from pathlib import Path
 
-from framework_sdk import Offer, Resources, TaskSpec
 from mesolite.cli import build_parser
+from mesolite.framework_sdk import Offer, Resources, TaskSpec
 from mesolite.lab.experiment import comparison, run_and_write
 from mesolite.lab.experiment_model import (
     CSV_FIELDS,

@@ -19,14 +19,14 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from master.fair_share import (
+from mesolite.master.fair_share import (
     ROOT,
     ShareInput,
     _split_at_ratio,
     compute_fair_shares,
     role_tree,
 )
-from master.roles import parse_roles
+from mesolite.master.roles import parse_roles
 from mesolite.resources import Resources
 
 # Amounts are compared in thousandths, as Resources keeps them.
@@ -659,9 +659,9 @@ def _cpus(amount: int) -> Resources:
 
 
 def test_public_names() -> None:
-    import master.fair_share
+    import mesolite.master.fair_share
 
-    assert sorted(master.fair_share.__all__) == [
+    assert sorted(mesolite.master.fair_share.__all__) == [
         "ROOT",
         "ShareInput",
         "compute_fair_shares",

@@ -125,8 +125,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from master.policies import make_policy
 from mesolite.lab.drf_reference import FairAllocation, discrete_drf, drf, to_fraction
+from mesolite.master.policies import make_policy
 from mesolite.resources import Resources
 from tests.simulate import Run, build_allocator, simulate
 

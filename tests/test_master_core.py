@@ -12,8 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from master import messages as msg
-from master.errors import CallRejected, Refusal, RegistrationRefused
+from mesolite.master import messages as msg
+from mesolite.master.errors import CallRejected, Refusal, RegistrationRefused
 from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from tests.support.core import CONFIG, AgentPeer, CoreHarness, FrameworkPeer

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from framework_sdk import FrameworkRejected, Resources, TaskSpec, TaskState
+from mesolite.framework_sdk import FrameworkRejected, Resources, TaskSpec, TaskState
 from tests.cluster import AgentProcess, MasterProcess, spawn_agent_process
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition

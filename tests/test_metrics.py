@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from framework_sdk import Resources, TaskSpec, TaskState
-from master.metrics import RESCIND_REASONS, MasterMetrics
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.master.metrics import RESCIND_REASONS, MasterMetrics
 from mesolite.v1.common_pb2 import TaskInfo
 from tests.cluster import LocalCluster, fast
 from tests.raw_client import Call, RawFramework, resources

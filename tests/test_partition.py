@@ -6,7 +6,7 @@ import os
 import signal
 from pathlib import Path
 
-from framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition

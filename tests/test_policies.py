@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from master.policies import (
+from mesolite.master.policies import (
     POLICIES,
     AssetPolicy,
     DRFPolicy,

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from framework_sdk import Resources, TaskSpec, TaskState
-from master.read_model import COMPLETED_TASKS_SHOWN, agent_snapshot, build_snapshot
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.master.read_model import COMPLETED_TASKS_SHOWN, agent_snapshot, build_snapshot
 from mesolite.model import TaskStatus
 from mesolite.resources import EMPTY
 from mesolite.snapshot import AgentHealth, ClusterSnapshot

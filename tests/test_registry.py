@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from master.registry import SCHEMA_VERSION, FrameworkEntry, Registry, RegistryError
+from mesolite.master.registry import SCHEMA_VERSION, FrameworkEntry, Registry, RegistryError
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources
 from tests.cluster import LocalCluster, fast

@@ -16,7 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import AgentProcess, MasterProcess, spawn_agent_process
 from tests.recording import RecordingFramework, running
 from tests.tcp_proxy import TcpProxy

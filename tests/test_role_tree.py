@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from master.allocator import Allocation, Allocator, RoleSettings
-from master.policies import AssetPolicy, SlotsPolicy
-from master.role_tree import RoleTree
+from mesolite.master.allocator import Allocation, Allocator, RoleSettings
+from mesolite.master.policies import AssetPolicy, SlotsPolicy
+from mesolite.master.role_tree import RoleTree
 from mesolite.resources import Resources
 from tests.simulate import FakeClock, run_one_task_per_offer
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from master.roles import (
+from mesolite.master.roles import (
     Amount,
     RolesConfig,
     RolesConfigError,
@@ -268,9 +268,9 @@ def test_a_mixed_kind_guarantee_above_a_limit_is_judged_at_resolve() -> None:
 
 
 def test_public_names() -> None:
-    import master.roles
+    import mesolite.master.roles
 
-    assert sorted(master.roles.__all__) == [
+    assert sorted(mesolite.master.roles.__all__) == [
         "Amount",
         "DEFAULT_ROLE",
         "Resolved",

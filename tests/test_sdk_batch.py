@@ -12,7 +12,7 @@ import pytest
 from examples.batch import BatchFramework, BatchSpec, parse_args, spec_from_args
 from examples.cpu_heavy import PRESET as CPU_HEAVY
 from examples.memory_heavy import PRESET as MEMORY_HEAVY
-from framework_sdk import Offer, Resources, TaskState, TaskStatus
+from mesolite.framework_sdk import Offer, Resources, TaskState, TaskStatus
 from mesolite.v1 import scheduler_pb2
 from tests.test_sdk_fake_master import FakeMaster, fake_master, running
 from tests.waiting import wait_for_condition, within

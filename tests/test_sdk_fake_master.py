@@ -16,8 +16,8 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from framework_sdk import Framework
 from mesolite import convert
+from mesolite.framework_sdk import Framework
 from mesolite.grpc_utils import bind, create_server
 from mesolite.model import Offer, TaskStatus
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc

@@ -10,7 +10,7 @@ import grpc
 import pytest
 import structlog.testing
 
-from framework_sdk import (
+from mesolite.framework_sdk import (
     Framework,
     FrameworkRejected,
     MesoliteError,

@@ -6,10 +6,10 @@ import inspect
 import re
 from pathlib import Path
 
-import framework_sdk
-from framework_sdk import Framework, new_task_id
-from framework_sdk._ids import RecentIds
+from mesolite import framework_sdk
 from mesolite.backoff import Backoff
+from mesolite.framework_sdk import Framework, new_task_id
+from mesolite.framework_sdk._ids import RecentIds
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 

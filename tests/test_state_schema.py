@@ -12,8 +12,8 @@ from typing import Any
 import jsonschema
 import pytest
 
-from framework_sdk import Resources, TaskSpec, TaskState
-from master.read_model import build_snapshot
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.master.read_model import build_snapshot
 from mesolite.snapshot import ClusterSnapshot, DocumentError, state_json_schema
 from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running

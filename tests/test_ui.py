@@ -20,11 +20,11 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
-from agent.sandbox_http import SandboxServer, create_sandbox_app
-from framework_sdk import Resources, TaskSpec, TaskState
-from master.master import MasterConfig
-from master.server import MasterServer
-from master.ui_routes import StateBroadcaster, broadcaster
+from mesolite.agent.sandbox_http import SandboxServer, create_sandbox_app
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.master.master import MasterConfig
+from mesolite.master.server import MasterServer
+from mesolite.master.ui_routes import StateBroadcaster, broadcaster
 from mesolite.sandbox_protocol import DEFAULT_LENGTH, OFFSET_HEADER, SIZE_HEADER
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running

@@ -18,7 +18,7 @@ from typing import Any, NoReturn, TypeVar
 
 import pytest
 
-from framework_sdk import Resources, TaskSpec, TaskState
+from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
 

@@ -14,10 +14,10 @@ system:
 
 from __future__ import annotations
 
-from master.policies.asset import AssetPolicy
-from master.policies.base import SharePolicy
-from master.policies.drf import DRFPolicy
-from master.policies.slots import SlotsPolicy
+from mesolite.master.policies.asset import AssetPolicy
+from mesolite.master.policies.base import SharePolicy
+from mesolite.master.policies.drf import DRFPolicy
+from mesolite.master.policies.slots import SlotsPolicy
 
 POLICIES = ("drf", "asset", "slots")
 

@@ -32,11 +32,9 @@ from rich.console import Console, RenderableType
 from rich.live import Live
 from rich.markup import escape
 
-from agent import Agent, AgentConfig
-from agent.sandbox_http import SandboxServer
-from master.config import MasterConfig
-from master.server import MasterServer
 from mesolite import logs
+from mesolite.agent import Agent, AgentConfig
+from mesolite.agent.sandbox_http import SandboxServer
 from mesolite.lab.demo_scenario import JOBS, DemoJob, Phase, describe_task, phases
 from mesolite.lab.demo_table import (
     DemoSample,
@@ -47,15 +45,17 @@ from mesolite.lab.demo_table import (
     summary_table,
 )
 from mesolite.lab.phased_job import PhasedJob
+from mesolite.master.config import MasterConfig
+from mesolite.master.server import MasterServer
 from mesolite.resources import EMPTY, Resources
 
 log = structlog.get_logger(__name__)
 
 # Which log file each component writes to, under <work dir>/logs/.
 LOG_ROUTES = {
-    "master": "master.log",
-    "agent": "agents.log",
-    "framework_sdk": "frameworks.log",
+    "mesolite.master": "master.log",
+    "mesolite.agent": "agents.log",
+    "mesolite.framework_sdk": "frameworks.log",
     "mesolite.lab.phased_job": "frameworks.log",
 }
 OTHER_LOG = "demo.log"

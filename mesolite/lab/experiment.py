@@ -64,10 +64,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from agent import Agent, AgentConfig
-from master.master import MasterConfig
-from master.policies import POLICIES
-from master.server import MasterServer
+from mesolite.agent import Agent, AgentConfig
 from mesolite.lab.experiment_model import (
     JOBS,
     ExperimentConfig,
@@ -83,6 +80,9 @@ from mesolite.lab.experiment_report import (
     write_csv,
 )
 from mesolite.lab.phased_job import PhasedJob
+from mesolite.master.master import MasterConfig
+from mesolite.master.policies import POLICIES
+from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
 from mesolite.snapshot import FrameworkSnapshot
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from master.policies import make_policy
-from master.policies.slots import DEFAULT_SLOT
 from mesolite.lab.drf_reference import FairAllocation, asset_fairness, drf, to_fraction
 from mesolite.lab.phased_job import JobStats
+from mesolite.master.policies import make_policy
+from mesolite.master.policies.slots import DEFAULT_SLOT
 from mesolite.resources import EMPTY, Resources
 
 AGENT_RESOURCES = Resources(cpus=4, mem=14336)  # the paper's 4 CPUs and 14 GB per node

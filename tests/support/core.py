@@ -17,9 +17,9 @@ import dataclasses
 import itertools
 from dataclasses import dataclass
 
-from master import messages as msg
-from master.master import Master, MasterConfig
-from master.registry import Registry
+from mesolite.master import messages as msg
+from mesolite.master.master import Master, MasterConfig
+from mesolite.master.registry import Registry
 from mesolite.model import FrameworkInfo, Offer, RunningTask, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from tests.support.fakes import FakeTimers, RecordingPeer
