@@ -5,8 +5,8 @@ What the master can rely on:
 
 * The first message on every stream is `register`: an empty agent id when the
   agent is new; otherwise the id it was given, with the tasks it still runs
-  and, in their last live state, those whose terminal update is not yet
-  acknowledged (left out if they would not fit in the agent's resources).
+  and, in their end state, those whose terminal update is not yet
+  acknowledged (they hold no resources).
   After `registered` the agent sends a heartbeat every heartbeat interval.
 * Every task transition becomes a status update with a fresh `update_id`,
   source AGENT. Per task, only the oldest unacknowledged update is in flight;
@@ -34,9 +34,9 @@ the agent under its wrapper process, which records the command's exit status.
 On start, before registering, the agent reads its id back, replays the journal
 and recovers its tasks (re-attaching to those still running, reporting how the
 others ended), then registers under the old id with the tasks it runs plus
-those whose end the master may not have heard of, reported in their last live
-state: the journaled terminal update that follows, with its original update
-id, says how they ended. Started without an id, the agent kills whatever a
+those whose end the master may not have heard of, reported in their end
+state: the master frees them and forwards the journaled updates that follow,
+with their original update ids, the end last. Started without an id, the agent kills whatever a
 previous agent left behind.
 """
 
@@ -416,26 +416,11 @@ class Agent:
     def _registration_tasks(self) -> list[RunningTask]:
         """The running tasks, then those whose end is not acknowledged yet.
 
-        An ended task is reported so that the master, which may not have heard
-        of its end, does not mark it LOST; the terminal update follows. If the
-        master has heard of it, and has since given its resources to another
-        task, reporting it would claim more than the agent has: such a task is
-        left out, which is safe because the master then already knows it ended.
+        An ended task is reported, with its end state, so that a master that has
+        not heard of its end does not mark it LOST: it holds no resources, and its
+        updates, the end last, are forwarded when they come.
         """
-        tasks = self._runner.running_tasks()
-        used = sum((t.task.resources for t in tasks), EMPTY)
-        for ended in self._runner.ended_tasks():
-            if self._total.contains(used + ended.task.resources):
-                tasks.append(ended)
-                used = used + ended.task.resources
-            else:
-                log.info(
-                    "ended task left out of the registration",
-                    agent_id=self._agent_id,
-                    framework_id=ended.framework_id,
-                    task_id=ended.task.task_id,
-                )
-        return tasks
+        return self._runner.running_tasks() + self._runner.ended_tasks()
 
     async def _on_registered(self, event: wire.Registered) -> None:
         if self._agent_id and event.agent_id != self._agent_id:

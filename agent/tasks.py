@@ -129,8 +129,8 @@ class TaskRunner:
         return [RunningTask(t.framework_id, t.spec, t.state) for t in self._tasks.values()]
 
     def ended_tasks(self) -> list[RunningTask]:
-        """Tasks that ended but whose end is not known to be acknowledged, in their
-        last live state (the terminal update that follows says how they ended)."""
+        """Tasks that ended but whose end is not known to be acknowledged, in their end
+        state (they hold nothing; the master forwards their updates when they come)."""
         return [e.task for key, e in self._ended.items() if key not in self._tasks]
 
     def acknowledged_end(self, framework_id: str, task_id: str, run_id: str) -> None:
@@ -212,8 +212,9 @@ class TaskRunner:
             journaled = end is not None and end.run_id == t.run_id
             if t.state.is_terminal or journaled:
                 if journaled:
+                    assert end is not None
                     self._ended[t.key] = EndedTask(
-                        RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, None
+                        RunningTask(t.framework_id, t.spec, end.state), t.run_id, None
                     )
                 if journaled and not t.state.is_terminal:
                     assert end is not None
@@ -441,7 +442,7 @@ class TaskRunner:
     async def _finish(self, t: TaskRun, final: TaskTransition) -> None:
         self._tasks.pop(t.key, None)
         self._ended[t.key] = EndedTask(
-            RunningTask(t.framework_id, t.spec, t.live_state), t.run_id, asyncio.current_task()
+            RunningTask(t.framework_id, t.spec, final.state), t.run_id, asyncio.current_task()
         )
         log.info(
             "task ended",

@@ -226,6 +226,14 @@ class MasterCore(abc.ABC):
         """master/status_updates.py"""
 
     @abc.abstractmethod
+    def _remember_completed(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _end_early(self, task: TaskRecord, state: TaskState) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
     def _tasks_expected(self, framework_id: str) -> bool:
         """master/recovery.py"""
 
