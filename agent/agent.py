@@ -57,7 +57,7 @@ import structlog
 from mesolite.agent import _wire as wire
 from mesolite.agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
 from mesolite.agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
-from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event, write_loop
+from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
 from mesolite.agent._updates import StatusUpdates
 from mesolite.agent.config import AgentConfig
@@ -320,8 +320,7 @@ class Agent:
                 log.warning("stopping with unacknowledged updates", count=self._pending_updates())
             if self._outbox is not None and not session.done():
                 # Half-close, so the master sees the agent leave, not a broken stream.
-                with contextlib.suppress(asyncio.QueueFull):
-                    self._outbox.put_nowait(None)
+                self._outbox.close()
                 await asyncio.wait({session}, timeout=_HALF_CLOSE_WAIT)
         session.cancel()
         await asyncio.gather(session, return_exceptions=True)
@@ -340,9 +339,9 @@ class Agent:
 
     async def _session(self, stub: Any) -> StreamEnd:
         call = stub.Connect()
-        outbox: Outbox = asyncio.Queue(_OUTBOX_SIZE)
+        outbox = Outbox(_OUTBOX_SIZE)
         self._outbox = outbox
-        helpers = [asyncio.create_task(write_loop(call, outbox))]
+        helpers = [asyncio.create_task(outbox.write_to(call))]
         registered = False
         try:
             tasks = self._registration_tasks()
