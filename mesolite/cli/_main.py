@@ -45,7 +45,7 @@ async def _until_signalled() -> None:
 async def _run_master(args: argparse.Namespace) -> int:
     from mesolite.master.master import MasterConfig
     from mesolite.master.registry import RegistryError
-    from mesolite.master.roles import RolesConfigError
+    from mesolite.master.role_config import RolesConfigError
     from mesolite.master.server import MasterServer
 
     args.work_dir.mkdir(parents=True, exist_ok=True)
