@@ -48,7 +48,7 @@ from mesolite.master.errors import CallRejected
 from mesolite.master.metrics import MasterMetrics
 from mesolite.master.policies import make_policy
 from mesolite.master.registry import Registry, TaskEntry
-from mesolite.master.roles import RolesConfig, load_roles
+from mesolite.master.role_config import RolesConfig, load_roles
 from mesolite.master.state import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Container, Mapping, Sequence
 
-from mesolite.master.roles import is_valid_role
+from mesolite.master.role_config import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
 from mesolite.resources import EMPTY, Resources
 
