@@ -17,7 +17,7 @@ from mesolite.master.role_config import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
 from mesolite.resources import EMPTY, Resources
 
-ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
+ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")  # \Z: "$" lets a final newline in
 
 # Bounds on every size a client controls. Messages are at most 4 MiB on the wire
 # (mesolite/grpc_utils.py); these bound what the master keeps and shows.

@@ -14,7 +14,7 @@ from collections.abc import Iterator, Mapping
 from mesolite.errors import MesoliteError
 
 _SCALE = 1000
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\Z")  # \Z: "$" lets a final newline in
 
 
 class InvalidResources(MesoliteError, ValueError):

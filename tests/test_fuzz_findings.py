@@ -14,7 +14,9 @@ from pathlib import Path
 import grpc
 import pytest
 
+from mesolite.master import validation
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
+from mesolite.resources import InvalidResources, Resources
 from mesolite.v1 import agent_pb2, common_pb2, scheduler_pb2
 from tests.support.core import CONFIG, CoreHarness
 from tests.support.servicer_streams import ServicerStreams
@@ -75,3 +77,37 @@ async def test_a_registration_the_acls_deny_is_refused_permission_denied(
     await denying.settle()
     assert denying.crashes() == []
     assert agent.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+@pytest.mark.parametrize("value", ["t1\n", "\n", "t1\n\n"])
+def test_an_id_with_a_final_newline_is_invalid(value: str) -> None:
+    """Found by the in-process fuzz: `^...$` with `re.match` let a final newline in,
+    so a task id "0\\n" was launched (and would name the task's sandbox directory)."""
+    assert validation.id_problem("task id", value) is not None
+    assert validation.id_problem("task id", "t1") is None
+
+
+def test_a_resource_name_with_a_final_newline_is_invalid() -> None:
+    with pytest.raises(InvalidResources, match="invalid resource name"):
+        Resources({"cpus\n": 1.0})
+    assert Resources({"cpus": 1.0})["cpus"] == 1.0
+
+
+async def test_a_launch_with_a_newline_in_the_task_id_is_rejected(core: CoreHarness) -> None:
+    streams = ServicerStreams(SchedulerService(core.master), AgentGatewayService(core.master))
+    agent = streams.agent(register(cpus=1.0))
+    fw = streams.framework(subscribe())
+    await streams.settle()
+    core.master.allocate()
+    await streams.settle()
+    [offer] = [e.offers.offers[0] for e in fw.events if e.HasField("offers")]
+    task = common_pb2.TaskInfo(
+        task_id="0\n", command="true", resources=common_pb2.Resources(scalars={"cpus": 0.5})
+    )
+    fw.send(Call(call_id="c1", accept=Call.Accept(offer_ids=[offer.offer_id], tasks=[task])))
+    await streams.settle()
+    [error] = [e.error for e in fw.events if e.HasField("error")]
+    assert error.call_id == "c1" and "invalid task id" in error.message
+    assert not [e for e in agent.events if e.HasField("launch_task")]
+    assert core.master.frameworks[fw.events[0].subscribed.framework_id].tasks == {}
+    await streams.aclose()
