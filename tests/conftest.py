@@ -60,3 +60,11 @@ def core() -> Iterator[CoreHarness]:
     harness = CoreHarness()
     yield harness
     harness.assert_sound()
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The figures of the fuzz layers that ran (tests/support/fuzzing.py)."""
+    from tests.support.fuzzing import FIGURES
+
+    for found in FIGURES.values():
+        terminalreporter.write_line(found.line())
