@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import grpc
 import grpc.aio
 import structlog
+from google.protobuf.message import DecodeError
 
 from mesolite import convert
 from mesolite.master import messages as msg
@@ -31,10 +32,22 @@ T = TypeVar("T")
 OUTBOX_CAPACITY = 10_000
 
 
-async def _first(requests: AsyncIterator[T]) -> T | None:
+# Why a stream is refused (INVALID_ARGUMENT) when its peer sends bytes that are not a
+# message: grpc decodes each message as the handler reads it, raising DecodeError.
+_UNDECODABLE = "a message could not be decoded"
+
+
+async def _first(
+    requests: AsyncIterator[T], context: grpc.aio.ServicerContext[object, object]
+) -> T | None:
+    """The stream's first message; None if the peer sent none."""
     try:
         return await anext(requests)
     except StopAsyncIteration:
+        return None
+    except DecodeError as e:
+        log.warning("undecodable first message; stream refused", reason=str(e))
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{_UNDECODABLE}: {e}")
         return None
 
 
@@ -63,6 +76,9 @@ def _read_into(
                 handle(request)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
+        except DecodeError as e:  # bad input, not a bug: the stream is refused
+            log.warning("undecodable message; closing the stream", reason=str(e))
+            outbox.close(f"{_UNDECODABLE}: {e}")
         except Exception:
             # A bug, not bad input (that is rejected with an ERROR): end the
             # stream, loudly, rather than leave the peer talking to nobody.
@@ -85,7 +101,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         request_iterator: AsyncIterator[scheduler_pb2.Call],
         context: grpc.aio.ServicerContext[scheduler_pb2.Call, scheduler_pb2.Event],
     ) -> AsyncIterator[scheduler_pb2.Event]:
-        first = await _first(request_iterator)
+        first = await _first(request_iterator, context)
         if first is None:
             return
         if first.WhichOneof("call") != "subscribe":
@@ -113,6 +129,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         finally:
             reader.cancel()
             self._master.disconnect_framework(framework_id, outbox)
+        if outbox.close_reason.startswith(_UNDECODABLE):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
 
     def _dispatch(
         self,
@@ -203,7 +221,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
         request_iterator: AsyncIterator[agent_pb2.AgentCall],
         context: grpc.aio.ServicerContext[agent_pb2.AgentCall, agent_pb2.AgentEvent],
     ) -> AsyncIterator[agent_pb2.AgentEvent]:
-        first = await _first(request_iterator)
+        first = await _first(request_iterator, context)
         if first is None:
             return
         if first.WhichOneof("call") != "register":
@@ -260,6 +278,8 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
         finally:
             reader.cancel()
             self._master.disconnect_agent(agent_id, outbox)
+        if outbox.close_reason.startswith(_UNDECODABLE):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
         if agent_id in self._master.removed_agents:
             await context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION,

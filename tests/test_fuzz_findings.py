@@ -10,16 +10,19 @@ import json
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.message import DecodeError
+from structlog.testing import capture_logs
 
 from mesolite.master import validation
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
 from mesolite.resources import InvalidResources, Resources
 from mesolite.v1 import agent_pb2, common_pb2, scheduler_pb2
 from tests.support.core import CONFIG, CoreHarness
-from tests.support.servicer_streams import ServicerStreams
+from tests.support.servicer_streams import ServicerStreams, Stream
 
 pytestmark = pytest.mark.unit
 
@@ -77,6 +80,39 @@ async def test_a_registration_the_acls_deny_is_refused_permission_denied(
     await denying.settle()
     assert denying.crashes() == []
     assert agent.code == grpc.StatusCode.PERMISSION_DENIED
+
+
+def undecodable() -> DecodeError:
+    """What grpc raises to a handler reading bytes that are not a message."""
+    try:
+        Call.FromString(b"\xff\xff\xff")
+    except DecodeError as e:
+        return e
+    raise AssertionError("those bytes decoded")
+
+
+async def test_undecodable_bytes_refuse_the_stream_invalid_argument(core: CoreHarness) -> None:
+    """Found by the fuzz over the wire: bytes that are not a message, as a stream's first
+    message, escaped the servicer (grpc logged an error, the client saw UNKNOWN); after
+    it, the master logged a bug and ended the stream OK, with no reason."""
+    streams = ServicerStreams(SchedulerService(core.master), AgentGatewayService(core.master))
+    with capture_logs() as logs:
+        first: list[Stream[Any, Any]] = [
+            streams.framework(undecodable()),
+            streams.agent(undecodable()),
+        ]
+        later: list[Stream[Any, Any]] = [streams.framework(subscribe()), streams.agent(register())]
+        await streams.settle()
+        for stream in later:
+            stream.send(undecodable())
+        await streams.settle()
+    assert streams.crashes() == []
+    for stream in first + later:
+        assert stream.code == grpc.StatusCode.INVALID_ARGUMENT, stream.code
+        assert stream.details.startswith("a message could not be decoded: Error parsing")
+    assert [e for e in logs if e["log_level"] == "error"] == []
+    assert not any(f.connected for f in core.master.frameworks.values())
+    assert not any(a.connected for a in core.master.agents.values())
 
 
 @pytest.mark.parametrize("value", ["t1\n", "\n", "t1\n\n"])

@@ -73,7 +73,7 @@ class Requests(Generic[Req]):
     """The client's half of a stream: what the test sends, as the handler reads it."""
 
     def __init__(self) -> None:
-        self._items: deque[Req] = deque()
+        self._items: deque[Req | Exception] = deque()
         self._wakeup: asyncio.Future[None] | None = None
         self._closed = False
         self.waiting = False  # the handler asked for the next message and has none
@@ -91,13 +91,18 @@ class Requests(Generic[Req]):
                 await self._wakeup
             finally:
                 self.waiting = False
-        return self._items.popleft()
+        item = self._items.popleft()
+        if isinstance(item, Exception):
+            raise item
+        return item
 
     @property
     def pending(self) -> int:
         return len(self._items)
 
-    def push(self, item: Req) -> None:
+    def push(self, item: Req | Exception) -> None:
+        """The next message; an exception is raised to the reader in its place (as grpc
+        raises DecodeError for bytes that are not a message)."""
         self._items.append(item)
         self._wake()
 
@@ -116,7 +121,7 @@ Connect = Callable[[AsyncIterator[Req], Any], AsyncIterator[Ev]]
 class Stream(Generic[Req, Ev]):
     """One `Connect` call, run as a task; its answers kept in order."""
 
-    def __init__(self, connect: Connect[Req, Ev], first: Req) -> None:
+    def __init__(self, connect: Connect[Req, Ev], first: Req | Exception) -> None:
         self.requests: Requests[Req] = Requests()
         self.requests.push(first)
         self.events: list[Ev] = []
@@ -139,7 +144,7 @@ class Stream(Generic[Req, Ev]):
         finally:
             self.ended = True
 
-    def send(self, request: Req) -> None:
+    def send(self, request: Req | Exception) -> None:
         self.requests.push(request)
 
     def close(self) -> None:
@@ -167,12 +172,12 @@ class ServicerStreams:
         self._agents = agents
         self.streams: list[Stream[Any, Any]] = []
 
-    def framework(self, first: scheduler_pb2.Call) -> FrameworkStream:
+    def framework(self, first: scheduler_pb2.Call | Exception) -> FrameworkStream:
         stream: FrameworkStream = Stream(self._scheduler.Connect, first)
         self.streams.append(stream)
         return stream
 
-    def agent(self, first: agent_pb2.AgentCall) -> AgentStream:
+    def agent(self, first: agent_pb2.AgentCall | Exception) -> AgentStream:
         stream: AgentStream = Stream(self._agents.Connect, first)
         self.streams.append(stream)
         return stream
