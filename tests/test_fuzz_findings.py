@@ -20,24 +20,15 @@ from structlog.testing import capture_logs
 from mesolite.master import validation
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
 from mesolite.resources import InvalidResources, Resources
-from mesolite.v1 import agent_pb2, common_pb2, scheduler_pb2
+from mesolite.v1 import common_pb2, scheduler_pb2
+from tests.support.calls import register, subscribe
 from tests.support.core import CONFIG, CoreHarness
 from tests.support.servicer_streams import ServicerStreams, Stream
 
 pytestmark = pytest.mark.unit
 
 Call = scheduler_pb2.Call
-AgentCall = agent_pb2.AgentCall
-
-
-def subscribe(role: str = "*") -> Call:
-    info = scheduler_pb2.FrameworkInfo(name="fw", role=role)
-    return Call(subscribe=Call.Subscribe(framework_info=info))
-
-
-def register(**scalars: float) -> AgentCall:
-    total = common_pb2.Resources(scalars=scalars or {"cpus": 4.0})
-    return AgentCall(register=AgentCall.Register(hostname="h", total=total))
+CPUS = {"cpus": 4.0}
 
 
 @pytest.fixture
@@ -64,8 +55,8 @@ async def test_a_subscription_the_acls_deny_is_refused_permission_denied(
 ) -> None:
     """Found by the in-process fuzz: a FORBIDDEN refusal had no gRPC status, so the
     servicer raised KeyError and the framework saw UNKNOWN."""
-    refused = denying.framework(subscribe("b"))
-    allowed = denying.framework(subscribe("a"))
+    refused = denying.framework(subscribe("fw", "b"))
+    allowed = denying.framework(subscribe("fw", "a"))
     await denying.settle()
     assert denying.crashes() == []
     assert refused.code == grpc.StatusCode.PERMISSION_DENIED
@@ -76,7 +67,7 @@ async def test_a_subscription_the_acls_deny_is_refused_permission_denied(
 async def test_a_registration_the_acls_deny_is_refused_permission_denied(
     denying: ServicerStreams,
 ) -> None:
-    agent = denying.agent(register())
+    agent = denying.agent(register(CPUS))
     await denying.settle()
     assert denying.crashes() == []
     assert agent.code == grpc.StatusCode.PERMISSION_DENIED
@@ -101,7 +92,10 @@ async def test_undecodable_bytes_refuse_the_stream_invalid_argument(core: CoreHa
             streams.framework(undecodable()),
             streams.agent(undecodable()),
         ]
-        later: list[Stream[Any, Any]] = [streams.framework(subscribe()), streams.agent(register())]
+        later: list[Stream[Any, Any]] = [
+            streams.framework(subscribe("fw")),
+            streams.agent(register(CPUS)),
+        ]
         await streams.settle()
         for stream in later:
             stream.send(undecodable())
@@ -131,8 +125,8 @@ def test_a_resource_name_with_a_final_newline_is_invalid() -> None:
 
 async def test_a_launch_with_a_newline_in_the_task_id_is_rejected(core: CoreHarness) -> None:
     streams = ServicerStreams(SchedulerService(core.master), AgentGatewayService(core.master))
-    agent = streams.agent(register(cpus=1.0))
-    fw = streams.framework(subscribe())
+    agent = streams.agent(register({"cpus": 1.0}))
+    fw = streams.framework(subscribe("fw"))
     await streams.settle()
     core.master.allocate()
     await streams.settle()

@@ -20,17 +20,19 @@ printed at the end of the pytest run (tests/conftest.py).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, Phase, settings
 
 from mesolite.master import validation
 from mesolite.master.role_config import is_valid_role
@@ -50,20 +52,40 @@ REFUSALS = frozenset(
 # The rule `mesolite.resources` states for resource names.
 RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 EXAMPLES_VARIABLE = "MESOLITE_FUZZ_EXAMPLES"
+# The fuzzed master's ACLs: frameworks may register in these roles (and below a/ and
+# eng/), the rest is denied (PERMISSION_DENIED); any agent may register.
+ACLS = {
+    "register_frameworks": [
+        {"principals": {"type": "ANY"}, "roles": {"values": ["*", "a", "a/*", "eng", "eng/*"]}}
+    ],
+    "register_agents": [{"principals": {"type": "ANY"}}],
+}
 
 
-def fuzz_settings(ci_examples: int) -> settings:
-    """`ci_examples` derandomized examples, or $MESOLITE_FUZZ_EXAMPLES random ones."""
+def fuzz_settings(ci_examples: int, *, shrink: bool = True) -> settings:
+    """`ci_examples` derandomized examples, or $MESOLITE_FUZZ_EXAMPLES random ones.
+
+    `shrink=False` where examples share a master (over the wire): a failing example
+    replayed on a master in another state is another example, so it is not shrunk.
+    """
     base = settings(
         deadline=None,
         database=None,
         suppress_health_check=list(HealthCheck),
-        print_blob=True,
+        print_blob=shrink,
+        phases=list(Phase) if shrink else [Phase.explicit, Phase.generate],
+        report_multiple_bugs=shrink,
     )
     wanted = os.environ.get(EXAMPLES_VARIABLE)
     if wanted:
         return settings(base, max_examples=int(wanted), derandomize=False)
     return settings(base, max_examples=ci_examples, derandomize=True)
+
+
+def write_acls(directory: Path) -> Path:
+    path = directory / "acls.json"
+    path.write_text(json.dumps(ACLS))
+    return path
 
 
 def fuzz_timeout(ci_seconds: float) -> pytest.MarkDecorator:

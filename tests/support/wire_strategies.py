@@ -14,6 +14,12 @@ them, is reached. A broken field takes values at and just past the master's boun
 (`master/validation.py`) and garbage: empty, NUL, newlines, path tricks, long
 strings, NaN, infinities, negative and huge amounts, unknown enum numbers (proto3
 enums are open), ids of someone else's offers, tasks, agents and frameworks.
+
+One rule: what the master has decides the values drawn, never which draws are made.
+Every choice among the master's things is one draw of an index (`pick`), whatever
+there is to choose from, and no branch depends on it. Hypothesis requires it of a
+test whose examples share a master (tests/test_fuzz_wire.py): there, the same draws
+meet another state each time, and would otherwise be flagged as a flaky strategy.
 """
 
 from __future__ import annotations
@@ -109,11 +115,19 @@ PLAIN_IDS = st.text("abt012._-:", min_size=1, max_size=6)
 MADE_UP_IDS = weighted((2, PLAIN_IDS), (1, STRINGS))
 
 
-def ids(pool: Sequence[str]) -> st.SearchStrategy[str]:
+INDEX = st.integers(0, 2**16 - 1)
+
+
+def pick(pool: Sequence[T], fallback: T) -> st.SearchStrategy[T]:
+    """One of `pool` (the master's things), or `fallback` when there is none: always a
+    single draw of an index, whatever `pool` holds (the module's one rule)."""
+    items = tuple(pool)
+    return INDEX.map(lambda i: items[i % len(items)] if items else fallback)
+
+
+def ids(pool: Sequence[str], fallback: str = "t1") -> st.SearchStrategy[str]:
     """Mostly an id from `pool` (real ones), else a made-up or a garbage one."""
-    if not pool:
-        return MADE_UP_IDS
-    return weighted((4, st.sampled_from(pool)), (1, PLAIN_IDS), (1, STRINGS))
+    return weighted((4, pick(pool, fallback)), (1, PLAIN_IDS), (1, STRINGS))
 
 
 def maybe(strategy: st.SearchStrategy[str]) -> st.SearchStrategy[str]:
@@ -182,21 +196,22 @@ ANY_SHARES = weighted((1, GOOD_SHARES), (1, BAD_SHARES))
 def shares_of(
     draw: st.DrawFn, whole: dict[str, float], shares: st.SearchStrategy[float]
 ) -> dict[str, float]:
-    """Some of `whole`'s resources, each a share of its amount."""
-    if not whole:
-        return {"cpus": draw(shares)}
-    names = draw(st.lists(st.sampled_from(sorted(whole)), min_size=1, unique=True))
+    """Some of `whole`'s resources (cpus if none), each a share of its amount."""
+    chosen = draw(st.lists(INDEX, min_size=1, max_size=3))
     share = draw(shares)
-    return {name: whole[name] * share for name in names}
+    names = sorted(whole)
+    if not names:
+        return {"cpus": share}
+    return {name: whole[name] * share for name in {names[i % len(names)] for i in chosen}}
 
 
 @st.composite
 def resource_maps(draw: st.DrawFn, offered: Sequence[dict[str, float]]) -> dict[str, float]:
     """Named amounts: a share of something offered (nearly valid), or anything."""
-    wholes = [r for r in offered if r]
-    if not wholes or draw(st.integers(0, 6)) < 3:
+    whole = draw(pick(offered, {}))
+    if draw(st.integers(0, 6)) < 3:
         return draw(ANY_RESOURCE_MAPS)
-    return draw(shares_of(draw(st.sampled_from(wholes)), ANY_SHARES))
+    return draw(shares_of(whole, ANY_SHARES))
 
 
 # What the master knows --------------------------------------------------------------
@@ -219,6 +234,10 @@ class KnownTask:
     state: State
     live: bool  # running on its agent (else ended, kept among the completed)
     update_ids: tuple[str, ...]
+
+
+# What a pick of a task gives when the master has none: a task nobody has.
+NO_TASK = KnownTask("f1", "t1", "a1", {"cpus": 1.0}, common_pb2.TASK_RUNNING, True, ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -312,15 +331,6 @@ class Breakage:
         return self.broken in (name, "*")
 
 
-def someone_elses(pool: Sequence[str]) -> st.SearchStrategy[str]:
-    """An id from `pool` (someone else's, unknown here), or a made-up or a garbage one."""
-    return ids(pool) if pool else MADE_UP_IDS
-
-
-def _sample(pool: Sequence[T], fallback: st.SearchStrategy[T]) -> st.SearchStrategy[T]:
-    return st.sampled_from(pool) if pool else fallback
-
-
 # Tasks ----------------------------------------------------------------------------------
 
 FRESH_TASK_IDS = st.sampled_from([f"t{i}" for i in range(2, 10)])
@@ -346,6 +356,8 @@ BAD_ENVIRONMENTS = weighted(
     ),
     (1, st.just({f"V{i}": "" for i in range(257)})),  # past the bound of 256
 )
+
+
 @st.composite
 def task_infos(
     draw: st.DrawFn,
@@ -361,7 +373,7 @@ def task_infos(
     )
     in_use = [t.task_id for t in known.tasks_of(framework_id)]
     return common_pb2.TaskInfo(
-        task_id=b("task_id", FRESH_TASK_IDS, weighted((2, someone_elses(in_use)), (1, BAD_IDS))),
+        task_id=b("task_id", FRESH_TASK_IDS, weighted((2, ids(in_use)), (1, BAD_IDS))),
         name=b("name", st.sampled_from(("", "task")), STRINGS),
         command=b("command", st.just("sleep 30"), BAD_COMMANDS),
         resources=common_pb2.Resources(
@@ -374,7 +386,7 @@ def task_infos(
         agent_id=b(
             "agent_id",
             st.sampled_from(("", agent_id)),
-            someone_elses([a for a in known.agents if a != agent_id]),
+            ids([a for a in known.agents if a != agent_id], "a1"),
         ),
         environment=b("env", GOOD_ENVIRONMENTS, BAD_ENVIRONMENTS),
     )
@@ -417,11 +429,11 @@ def framework_infos(draw: st.DrawFn, known: Known) -> scheduler_pb2.FrameworkInf
     b = Breakage(draw, "name", "role", "failover", "framework_id")
     return scheduler_pb2.FrameworkInfo(
         name=b("name", st.sampled_from(("fw", "batch")), STRINGS),
-        role=b("role", weighted((3, GOOD_ROLES), (1, _sample(known.roles, GOOD_ROLES))), BAD_ROLES),
+        role=b("role", weighted((3, GOOD_ROLES), (1, pick(known.roles, "*"))), BAD_ROLES),
         failover_timeout_seconds=b("failover", GOOD_SECONDS, SECONDS),
         framework_id=b(
             "framework_id",
-            maybe(_sample(known.frameworks, st.just(""))),
+            maybe(pick(known.frameworks, "")),
             weighted((1, BAD_IDS), (1, PLAIN_IDS)),
         ),
     )
@@ -439,16 +451,16 @@ def subscribes(draw: st.DrawFn, known: Known) -> Call:
 def offer_ids(draw: st.DrawFn, known: Known, framework_id: str, broken: bool) -> list[str]:
     """Some of the framework's offers on one agent; broken: anyone's, or none, or too many."""
     own = known.offers_of(framework_id)
-    if not broken and own:
-        agent = draw(st.sampled_from(sorted({o.agent_id for o in own})))
-        here = sorted(o.offer_id for o in own if o.agent_id == agent)
-        return draw(st.lists(st.sampled_from(here), min_size=1, unique=True))
+    agent = draw(pick(sorted({o.agent_id for o in own}), ""))
+    chosen = draw(st.lists(pick([o.offer_id for o in own if o.agent_id == agent], "o1")))
+    if not broken:
+        return list(dict.fromkeys(chosen)) or ["o1"]
     every = [o.offer_id for o in known.offers]
     return draw(
         weighted(
-            (4, st.lists(someone_elses(every), min_size=1, max_size=3)),
+            (4, st.lists(ids(every, "o1"), min_size=1, max_size=3)),
             (1, st.just([])),
-            (1, someone_elses(every).map(lambda o: [o, o])),
+            (1, ids(every, "o1").map(lambda o: [o, o])),
             (1, st.just(TOO_MANY_IDS)),
         )
     )
@@ -483,7 +495,7 @@ def accepts(draw: st.DrawFn, known: Known, framework_id: str) -> Call.Accept:
 def framework_calls(draw: st.DrawFn, known: Known, framework_id: str) -> Call:
     """Any call a subscribed framework might send, with a call id (echoed on errors)."""
     kind = draw(st.sampled_from(CALL_KINDS))
-    own = known.tasks_of(framework_id)
+    own = [t.task_id for t in known.tasks_of(framework_id)]
     others = [t.task_id for t in known.tasks if t.framework_id != framework_id]
     call = Call(call_id=draw(weighted((3, PLAIN_IDS), (1, STRINGS))))
     if kind == "accept":
@@ -494,18 +506,18 @@ def framework_calls(draw: st.DrawFn, known: Known, framework_id: str) -> Call:
         if (filters := b("filters", GOOD_FILTERS, BAD_FILTERS)) is not None:
             call.decline.filters.CopyFrom(filters)
     elif kind == "kill":
-        good = _sample([t.task_id for t in own], FRESH_TASK_IDS)
-        call.kill.task_id = Breakage(draw, "task_id")("task_id", good, someone_elses(others))
+        call.kill.task_id = Breakage(draw, "task_id")("task_id", pick(own, "t2"), ids(others))
     elif kind == "acknowledge":
         call.acknowledge.CopyFrom(draw(acknowledges(known, framework_id)))
     elif kind == "reconcile":
         b = Breakage(draw, "task_ids")
-        good_ids = st.lists(_sample([t.task_id for t in own], FRESH_TASK_IDS), max_size=3)
         bad_ids = weighted(
-            (3, st.lists(weighted((1, someone_elses(others)), (1, BAD_IDS)), min_size=1)),
+            (3, st.lists(weighted((1, ids(others)), (1, BAD_IDS)), min_size=1)),
             (1, st.just(TOO_MANY_IDS)),
         )
-        call.reconcile.task_ids.extend(b("task_ids", good_ids, bad_ids))
+        call.reconcile.task_ids.extend(
+            b("task_ids", st.lists(pick(own, "t2"), max_size=3), bad_ids)
+        )
     elif kind == "revive":
         call.revive.SetInParent()
     elif kind == "suppress":
@@ -524,18 +536,14 @@ def acknowledges(draw: st.DrawFn, known: Known, framework_id: str) -> Call.Ackno
     """The acknowledgement of one of the framework's updates, or not quite."""
     b = Breakage(draw, "agent_id", "task_id", "update_id")
     updated = [t for t in known.tasks_of(framework_id, live=False) if t.update_ids]
-    task = draw(st.sampled_from(updated)) if updated else None
+    task = draw(pick(updated, NO_TASK))
     return Call.Acknowledge(
-        agent_id=b(
-            "agent_id",
-            st.just(task.agent_id) if task else MADE_UP_IDS,
-            someone_elses(list(known.agents)),
-        ),
-        task_id=b("task_id", st.just(task.task_id) if task else FRESH_TASK_IDS, MADE_UP_IDS),
+        agent_id=b("agent_id", st.just(task.agent_id), ids(list(known.agents), "a1")),
+        task_id=b("task_id", st.just(task.task_id), MADE_UP_IDS),
         update_id=b(
             "update_id",
-            st.sampled_from(task.update_ids) if task else UPDATE_IDS,
-            weighted((1, st.just("")), (1, someone_elses(known.update_ids))),
+            pick(task.update_ids, "u1"),
+            weighted((1, st.just("")), (1, ids(known.update_ids, "u1"))),
         ),
     )
 
@@ -561,8 +569,6 @@ BAD_STATES = weighted((1, st.just(0)), (1, st.integers(13, 20)), (1, INT32)).map
 TERMINAL_STATES = st.sampled_from(
     tuple(common_pb2.TaskState.Value(f"TASK_{s}") for s in ("FINISHED", "FAILED", "KILLED"))
 )
-
-
 REPORTS = (
     "its own, changed state",  # ended while the master was away, or running again
     "its own, changed resources",
@@ -578,36 +584,39 @@ def reported_tasks(
     draw: st.DrawFn, known: Known, agent_id: str, broken: bool
 ) -> list[agent_pb2.RunningTask]:
     """What an agent reports it runs when it registers again: its tasks as the master
-    knows them; broken: some left out, others changed or added."""
+    knows them; broken: some left out (a bit each), others changed or added."""
     here = known.tasks_on(agent_id, live=True)
     if not broken:
         return [_reported(t, t.resources, t.state) for t in here]
-    reported = [_reported(t, t.resources, t.state) for t in here if draw(st.booleans())]
+    kept = draw(INDEX)
+    reported = [_reported(t, t.resources, t.state) for i, t in enumerate(here) if kept >> i & 1]
     elsewhere = [t for t in known.tasks if t.agent_id != agent_id]
-    for _ in range(draw(st.integers(0 if len(reported) < len(here) else 1, 2))):
+    for _ in range(draw(st.integers(0, 2))):
         report = draw(st.sampled_from(REPORTS))
-        if report.startswith("its own") and here:
-            task = draw(st.sampled_from(here))
+        if report.startswith("its own"):
+            task = draw(pick(here, NO_TASK))
             if report == "its own, changed state":
                 reported.append(_reported(task, task.resources, draw(GOOD_STATES)))
             else:
                 changed = draw(resource_maps([task.resources]))
                 reported.append(_reported(task, changed, task.state))
-        elif report == "someone else's" and elsewhere:
-            task = draw(st.sampled_from(elsewhere))
+        elif report == "someone else's":
+            task = draw(pick(elsewhere, NO_TASK))
             reported.append(_reported(task, task.resources, task.state))
         elif report.startswith("made up"):
             ended = report.endswith("ended")
-            frameworks = weighted((1, _sample(known.frameworks, PLAIN_IDS)), (1, PLAIN_IDS))
+            frameworks = weighted((1, pick(known.frameworks, "f1")), (1, PLAIN_IDS))
             made_up = agent_pb2.RunningTask(
                 framework_id=draw(frameworks),
                 task=draw(task_infos(known, "", agent_id, {"cpus": 1.0}, broken=False)),
                 state=draw(TERMINAL_STATES if ended else GOOD_STATES),
             )
             reported.append(made_up)
-        elif reported:
-            reported[-1].state = draw(BAD_STATES)
-    if reported and draw(st.integers(0, 5)) == 0:
+        else:
+            state = draw(BAD_STATES)
+            if reported:
+                reported[-1].state = state
+    if draw(st.integers(0, 5)) == 0:
         reported += reported[:1]  # the same task twice
     return reported
 
@@ -630,15 +639,15 @@ def registers(draw: st.DrawFn, known: Known) -> AgentCall:
     one field broken or none; sometimes another call."""
     if draw(st.integers(0, 9)) == 0:
         return draw(agent_calls(known, ""))
-    b = Breakage(draw, "agent_id", "hostname", "address", "total", "attributes", "tasks")
-    again = bool(known.agents) and draw(st.booleans())
-    agent_id = draw(st.sampled_from(sorted(known.agents))) if again else ""
-    bad_agent_id = weighted((2, PLAIN_IDS), (1, BAD_IDS))
-    if again and "agent_id" not in b:
-        total = known.agents[agent_id]
-    else:
-        agent_id = b("agent_id", st.just(agent_id), bad_agent_id)
-        total = draw(st.sampled_from(TOTALS))
+    # "tasks" twice: what an agent reports is where re-registration goes deepest.
+    b = Breakage(draw, "agent_id", "hostname", "address", "total", "attributes", "tasks", "tasks")
+    again = draw(st.booleans())
+    known_id = draw(pick(sorted(known.agents), ""))
+    bad_ids = weighted((2, PLAIN_IDS), (1, BAD_IDS))
+    agent_id = b("agent_id", st.just(known_id if again else ""), bad_ids)
+    fresh_total = draw(st.sampled_from(TOTALS))
+    total = known.agents.get(agent_id) or fresh_total
+    reported = draw(reported_tasks(known, agent_id, "tasks" in b))
     register = AgentCall.Register(
         agent_id=agent_id,
         hostname=b("hostname", st.just("host"), STRINGS),
@@ -651,10 +660,9 @@ def registers(draw: st.DrawFn, known: Known) -> AgentCall:
             )
         ),
         attributes=b("attributes", st.sampled_from(({}, {"rack": "r1"})), BAD_ATTRIBUTES),
-        tasks=draw(reported_tasks(known, agent_id, "tasks" in b)) if agent_id else [],
+        # A new agent cannot have tasks: it reports some only when that is what breaks.
+        tasks=reported if agent_id or "tasks" in b else [],
     )
-    if not agent_id and "tasks" in b:  # a new agent cannot have tasks
-        register.tasks.extend(draw(reported_tasks(known, "", True)))
     return AgentCall(register=register)
 
 
@@ -664,21 +672,24 @@ def status_updates(draw: st.DrawFn, known: Known, agent_id: str) -> AgentCall.St
     b = Breakage(draw, "task", "agent_id", "state", "update_id", "source", "latest")
     here = known.tasks_on(agent_id)
     elsewhere = [t for t in known.tasks if t.agent_id != agent_id]
-    task = b("task", _sample(here, st.none()), _sample(elsewhere, st.none()))
+    task = b("task", pick(here, NO_TASK), pick(elsewhere, NO_TASK))
+    made_up = draw(st.integers(0, 5)) == 0  # of a task nobody has
+    task_id = draw(weighted((2, FRESH_TASK_IDS), (1, BAD_IDS)))
+    framework_id = draw(ids(known.frameworks, "f1"))
     status = common_pb2.TaskStatus(
-        task_id=task.task_id if task else draw(weighted((2, FRESH_TASK_IDS), (1, BAD_IDS))),
-        framework_id=task.framework_id if task else draw(someone_elses(known.frameworks)),
+        task_id=task_id if made_up else task.task_id,
+        framework_id=framework_id if made_up else task.framework_id,
         agent_id=b(
             "agent_id",
             st.sampled_from(("", agent_id)),
-            someone_elses([a for a in known.agents if a != agent_id]),
+            ids([a for a in known.agents if a != agent_id], "a1"),
         ),
         state=b("state", GOOD_STATES, BAD_STATES),
         message=draw(st.sampled_from(("", "exited"))),
         timestamp=draw(weighted((3, st.just(1.7e9)), (1, SECONDS))),
         update_id=b(
             "update_id",
-            weighted((3, UPDATE_IDS), (1, _sample(task.update_ids if task else (), UPDATE_IDS))),
+            weighted((3, UPDATE_IDS), (1, pick(task.update_ids, "u1"))),
             weighted((2, st.just("")), (1, STRINGS)),
         ),
         source=b(
@@ -705,3 +716,21 @@ def agent_calls(draw: st.DrawFn, known: Known, agent_id: str) -> AgentCall:
         return AgentCall()  # no call at all
     again = draw(registers(known))  # on a stream that registered already
     return again if again.HasField("register") else AgentCall()
+
+
+# Bytes ------------------------------------------------------------------------------------
+
+
+@st.composite
+def garbage(draw: st.DrawFn, valid: bytes) -> bytes:
+    """Bytes for a stream that may not be a message: random, or `valid` (a serialized
+    message) cut short, with a byte changed, or with bytes after it."""
+    how = draw(st.sampled_from(("random", "cut", "changed", "extended")))
+    if how == "random" or len(valid) < 2:
+        return draw(st.binary(min_size=1, max_size=64))
+    if how == "cut":
+        return valid[: draw(st.integers(1, len(valid) - 1))]
+    if how == "changed":
+        at = draw(st.integers(0, len(valid) - 1))
+        return valid[:at] + bytes([valid[at] ^ draw(st.integers(1, 255))]) + valid[at + 1 :]
+    return valid + draw(st.binary(min_size=1, max_size=16))
