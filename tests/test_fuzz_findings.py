@@ -20,6 +20,7 @@ from structlog.testing import capture_logs
 from mesolite.master import validation
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
 from mesolite.resources import InvalidResources, Resources
+from mesolite.sandbox_protocol import BadRequest, check_segment
 from mesolite.v1 import common_pb2, scheduler_pb2
 from tests.support.calls import register, subscribe
 from tests.support.core import CONFIG, CoreHarness
@@ -141,3 +142,12 @@ async def test_a_launch_with_a_newline_in_the_task_id_is_rejected(core: CoreHarn
     assert not [e for e in agent.events if e.HasField("launch_task")]
     assert core.master.frameworks[fw.events[0].subscribed.framework_id].tasks == {}
     await streams.aclose()
+
+
+@pytest.mark.parametrize("value", ["a" * 256, "é" * 128, "a" * 1000])
+def test_a_segment_longer_than_a_file_name_names_no_sandbox(value: str) -> None:
+    """Found by the HTTP fuzz: opening it failed with ENAMETOOLONG, which the agent's
+    sandbox server answered 500 (and the master's proxy 502)."""
+    with pytest.raises(BadRequest, match="invalid task id"):
+        check_segment("task id", value)
+    assert check_segment("task id", "a" * 255) == "a" * 255
