@@ -16,6 +16,7 @@ servicer task is left running, and a real agent with a framework runs a task.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -42,6 +43,7 @@ from tests.support.fuzzing import (
     figures,
     fuzz_settings,
     fuzz_timeout,
+    started,
     write_acls,
 )
 from tests.support.wire_streams import AGENT_GATEWAY, SCHEDULER, WireStreams
@@ -163,32 +165,28 @@ def stdlib_errors(caplog: pytest.LogCaptureFixture) -> Callable[[], list[logging
 def test_the_master_survives_fuzzed_streams_over_the_wire(
     tmp_path: Path, acls_file: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with asyncio.Runner() as loop, figures("over the wire") as found:
-        cluster = LocalCluster(tmp_path, fast(acls_file=acls_file))
-        loop.run(cluster.__aenter__())
-        channel = loop.run(_channel(cluster.address))
-        failure: BaseException | None = None
-        try:
+    with (
+        asyncio.Runner() as loop,
+        figures("over the wire") as found,
+        started(loop, LocalCluster(tmp_path, fast(acls_file=acls_file))) as cluster,
+        started(loop, _channel(cluster.address)) as channel,
+    ):
 
-            @fuzz_settings(CI_EXAMPLES, shrink=False)
-            @given(data=st.data())
-            def fuzz(data: st.DataObject) -> None:
-                errors = stdlib_errors(caplog)
-                loop.run(WireSession(data, found, cluster, channel, errors).play())
+        @fuzz_settings(CI_EXAMPLES, shrink=False)
+        @given(data=st.data())
+        def fuzz(data: st.DataObject) -> None:
+            errors = stdlib_errors(caplog)
+            loop.run(WireSession(data, found, cluster, channel, errors).play())
 
-            fuzz()
-            loop.run(still_serving(cluster))
-        except BaseException as e:
-            failure = e
-            raise
-        finally:
-            loop.run(channel.close())
-            loop.run(cluster.__aexit__(None if failure is None else type(failure), failure, None))
-        assert stdlib_errors(caplog)() == []
+        fuzz()
+        loop.run(still_serving(cluster))
+    assert stdlib_errors(caplog)() == []
 
 
-async def _channel(address: str) -> grpc.aio.Channel:
-    return grpc_utils.create_channel(address)
+@contextlib.asynccontextmanager
+async def _channel(address: str) -> AsyncIterator[grpc.aio.Channel]:
+    async with grpc_utils.create_channel(address) as channel:
+        yield channel
 
 
 # Explicit cases ------------------------------------------------------------------------

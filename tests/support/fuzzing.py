@@ -20,15 +20,16 @@ printed at the end of the pytest run (tests/conftest.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
 import pytest
@@ -39,6 +40,8 @@ from mesolite.master.role_config import is_valid_role
 
 if TYPE_CHECKING:
     from mesolite.master.master import Master
+
+T = TypeVar("T")
 
 # How the master may turn a stream down: bad input, an unknown id, not now, not yours.
 REFUSALS = frozenset(
@@ -151,6 +154,20 @@ class Figures:
 
 
 FIGURES: dict[str, Figures] = {}
+
+
+@contextmanager
+def started(loop: asyncio.Runner, resource: AbstractAsyncContextManager[T]) -> Iterator[T]:
+    """`async with resource` for a synchronous test that runs `loop` a step at a time
+    (hypothesis calls it once per example, and each example runs `loop.run(...)`)."""
+    value = loop.run(resource.__aenter__())
+    try:
+        yield value
+    except BaseException as e:
+        if not loop.run(resource.__aexit__(type(e), e, e.__traceback__)):
+            raise
+    else:
+        loop.run(resource.__aexit__(None, None, None))
 
 
 @contextmanager
