@@ -17,6 +17,7 @@ import grpc.aio
 import structlog
 
 from mesolite import convert
+from mesolite.logs import clip
 from mesolite.master import messages as msg
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
 from mesolite.master.outbox import Outbox
@@ -35,6 +36,9 @@ async def _first(requests: AsyncIterator[T]) -> T | None:
         return None
 
 
+# Error texts quote what the client sent; they go back to it (and to the log) clipped.
+_ERROR_TEXT_LIMIT = 1000
+
 _STATUS_OF = {
     Refusal.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -45,7 +49,7 @@ _STATUS_OF = {
 async def _refuse(
     context: grpc.aio.ServicerContext[object, object], e: RegistrationRefused
 ) -> None:
-    await context.abort(_STATUS_OF[e.refusal], str(e))
+    await context.abort(_STATUS_OF[e.refusal], clip(str(e), _ERROR_TEXT_LIMIT))
 
 
 def _read_into(
@@ -93,7 +97,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             info = convert.framework_info_from_proto(first.subscribe.framework_info)
             framework_id = self._master.subscribe(info, outbox)
         except RegistrationRefused as e:
-            log.warning("subscription refused", reason=str(e), refusal=e.refusal.value)
+            log.warning(
+                "subscription refused",
+                reason=clip(str(e), _ERROR_TEXT_LIMIT),
+                refusal=e.refusal.value,
+            )
             await _refuse(context, e)
             return
 
@@ -144,14 +152,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 raise CallRejected("empty call")
         except (CallRejected, InvalidResources, ValueError) as e:
             master.metrics.call_rejected(kind)
+            reason = clip(str(e), _ERROR_TEXT_LIMIT)
             log.warning(
                 "call rejected",
                 framework_id=framework_id,
                 call=kind,
-                call_id=call.call_id,
-                reason=str(e),
+                call_id=clip(call.call_id),
+                reason=reason,
             )
-            outbox.send(msg.Error(f"{kind}: {e}", call.call_id))
+            outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
 
 
 def _refuse_seconds(filters: scheduler_pb2.Filters | None) -> float | None:
@@ -207,7 +216,10 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             total = convert.resources_from_proto(reg.total)
             running = [convert.running_task_from_proto(t) for t in reg.tasks]
         except (InvalidResources, ValueError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid registration: {e}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"invalid registration: {clip(str(e), _ERROR_TEXT_LIMIT)}",
+            )
             return
         try:
             agent_id = self._master.register_agent(
@@ -220,7 +232,11 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 outbox,
             )
         except RegistrationRefused as e:
-            log.warning("agent registration refused", agent_id=reg.agent_id, reason=str(e))
+            log.warning(
+                "agent registration refused",
+                agent_id=clip(reg.agent_id),
+                reason=clip(str(e), _ERROR_TEXT_LIMIT),
+            )
             await _refuse(context, e)
             return
 
@@ -234,7 +250,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 try:
                     status = convert.status_from_proto(call.status_update.status)
                 except ValueError as e:
-                    log.warning("bad status update", agent_id=agent_id, reason=str(e))
+                    log.warning("bad status update", agent_id=agent_id, reason=clip(str(e)))
                     return
                 self._master.status_update(agent_id, status)
             else:

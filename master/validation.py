@@ -13,6 +13,7 @@ import math
 import re
 from collections.abc import Container, Sequence
 
+from mesolite.logs import clip
 from mesolite.master.roles import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
 from mesolite.resources import EMPTY, Resources
@@ -25,7 +26,7 @@ def framework_info_problem(info: FrameworkInfo) -> str | None:
     if not info.name:
         return "framework name must not be empty"
     if not is_valid_role(info.role):
-        return f"invalid role {info.role!r}"
+        return f"invalid role {clip(info.role)!r}"
     if not (0 <= info.failover_timeout < math.inf):
         return f"failover timeout must be a finite number >= 0, got {info.failover_timeout}"
     return None
@@ -47,14 +48,14 @@ def tasks_problem(tasks: Sequence[TaskSpec], in_use: Container[str], agent_id: s
     seen: set[str] = set()
     for spec in tasks:
         if not ID.match(spec.task_id):
-            return f"invalid task id {spec.task_id!r}"
+            return f"invalid task id {clip(spec.task_id)!r}"
         if spec.task_id in seen:
             return f"task id {spec.task_id} appears twice in the call"
         if spec.task_id in in_use:
             return f"task id {spec.task_id} is already in use"
         if spec.agent_id and spec.agent_id != agent_id:
             return (
-                f"task {spec.task_id} names agent {spec.agent_id} "
+                f"task {spec.task_id} names agent {clip(spec.agent_id)} "
                 f"but the offers are for agent {agent_id}"
             )
         if not spec.command.strip():
@@ -76,7 +77,7 @@ def agent_registration_problem(
     if total.is_empty():
         return "agent offers no resources"
     if agent_id and not ID.match(agent_id):
-        return f"invalid agent id {agent_id!r}"
+        return f"invalid agent id {clip(agent_id)!r}"
     if not agent_id and running:
         return "a new agent cannot have tasks"
     used = sum((t.task.resources for t in running), EMPTY)
