@@ -17,6 +17,11 @@ Every master has its own `CollectorRegistry` (tests run many masters in one
 process). Beside the mesolite_* series it exports the standard process_* and
 python_* ones. Amounts of resources are in each resource's own unit (cpus: cores,
 mem and disk: MB), named by the `resource` label.
+
+Label values are ids (framework ids, role paths, resource names: each validated and
+bounded where it enters the master) or members of fixed enums, never free text a
+client chose: a framework's name is on GET /state, not here (a 30 MB name made a
+90 MB /metrics when it was a label). `LABELS` lists every label name in use.
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 RescindReason = Literal["timeout", "agent_lost", "framework_gone"]
 RESCIND_REASONS: tuple[RescindReason, ...] = ("timeout", "agent_lost", "framework_gone")
+
+# Every label name of the mesolite_* series: ids, or values from a fixed set.
+LABELS = frozenset({"framework_id", "role", "resource", "state", "health", "reason", "call"})
 
 # Scheduler calls a framework can make (the `call` oneof of mesolite.v1.Call),
 # plus "none" for a call with nothing set.
@@ -224,7 +232,7 @@ def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:
 
 
 def _frameworks(state: ClusterSnapshot) -> Iterator[Metric]:
-    labels = ["framework_id", "name", "role"]
+    labels = ["framework_id", "role"]  # ids only: a name is free text
     dominant = GaugeMetricFamily(
         "mesolite_framework_dominant_share",
         "The framework's dominant share: its largest share of any resource in the "
@@ -241,7 +249,7 @@ def _frameworks(state: ClusterSnapshot) -> Iterator[Metric]:
         "mesolite_framework_tasks", "Running tasks of the framework.", labels=labels
     )
     for f in state.frameworks:
-        values = [f.id, f.name, f.role]
+        values = [f.id, f.role]
         dominant.add_metric(values, f.dominant_share)
         weighted.add_metric(values, f.weighted_dominant_share)
         running.add_metric(values, f.running_tasks)
