@@ -42,6 +42,7 @@ from mesolite.sandbox_protocol import (
     SIZE_HEADER,
     BadRequest,
     check_segment,
+    format_address,
     parse_range,
 )
 
@@ -162,7 +163,7 @@ class SandboxServer:
         host = self._advertise or self._host
         if host in ("", "0.0.0.0", "::"):
             host = socket.gethostname()
-        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+        return format_address(host, self.port)
 
     async def start(self) -> None:
         self._runner = web.AppRunner(

@@ -40,9 +40,14 @@ class AgentHandling(MasterCore):
         attributes: dict[str, str],
         running: Sequence[RunningTask],
         outbox: Peer[msg.AgentMessage],
+        *,
+        peer_host: str = "",
     ) -> str:
-        if problem := validation.agent_registration_problem(agent_id, total, running):
+        """`peer_host`: the IP address the agent connects from (the servicer's peer), if
+        known; the master reads the agent's sandboxes there (`validation.sandbox_address`)."""
+        if problem := validation.agent_registration_problem(agent_id, total, running, address):
             raise RegistrationRefused(Refusal.INVALID, problem)
+        address = validation.sandbox_address(address, peer_host)
         if agent_id in self.removed_agents:
             raise RegistrationRefused(
                 Refusal.PRECONDITION,

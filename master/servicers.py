@@ -9,8 +9,10 @@ calls become ERROR events; nothing else happens here.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import AsyncIterator, Callable
 from typing import TypeVar
+from urllib.parse import unquote
 
 import grpc
 import grpc.aio
@@ -196,6 +198,21 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
 # Agents ----------------------------------------------------------------------
 
 
+def peer_host(peer: str) -> str:
+    """The IP address of a gRPC peer ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", the
+    brackets maybe %-encoded); "" for anything else (a Unix socket, say)."""
+    kind, _, rest = unquote(peer).partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return ""
+    try:
+        ip = ipaddress.ip_address(rest.rpartition(":")[0].strip("[]"))
+    except ValueError:
+        return ""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
 class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
     def __init__(self, master: Master) -> None:
         self._master = master
@@ -230,6 +247,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 dict(reg.attributes),
                 running,
                 outbox,
+                peer_host=peer_host(context.peer()),
             )
         except RegistrationRefused as e:
             log.warning(

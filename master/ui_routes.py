@@ -5,8 +5,9 @@
                    (`ClusterSnapshot`, recently ended tasks included), sent when
                    the client connects and then whenever the cluster changes
     GET /agents/{agent_id}/sandbox/{framework_id}/{task_id}/{stdout|stderr}?offset=&length=
-                   a task's output, read from the agent's sandbox server at the
-                   address the agent registered (`mesolite/sandbox_protocol.py`)
+                   a task's output, read from the agent's sandbox server: at the IP
+                   address the agent connects from and the port it registered,
+                   in a URL built from checked parts (`mesolite/sandbox_protocol.py`)
 
 Events are bounded. One `StateBroadcaster` per app renders the snapshot every
 `interval` seconds (0.5), and only while someone listens (and once more for
@@ -28,19 +29,19 @@ import hashlib
 import json
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from urllib.parse import quote
 
 import aiohttp
 import structlog
 from aiohttp import web
-from yarl import URL
 
+from mesolite.logs import clip
 from mesolite.sandbox_protocol import (
     OFFSET_HEADER,
     SIZE_HEADER,
     BadRequest,
-    check_segment,
+    parse_address,
     parse_range,
+    sandbox_url,
 )
 from mesolite.snapshot import AgentSnapshot, ClusterSnapshot
 
@@ -192,22 +193,24 @@ class SandboxProxy:
         info = request.match_info
         agent = self._agent(info["agent_id"])
         if agent is None:
-            raise web.HTTPNotFound(text=f"no agent {info['agent_id']!r}")
+            raise web.HTTPNotFound(text=f"no agent {clip(info['agent_id'])!r}")
+        if not agent.address:
+            raise web.HTTPNotFound(text=f"agent {agent.id} does not serve its sandboxes")
+        # The URL is built from parts: a host and port parsed from the address (checked
+        # when the agent registered), and path segments checked here.
+        where = parse_address(agent.address)
+        if where is None:
+            raise web.HTTPBadGateway(text=f"agent {agent.id} has no valid sandbox address")
         try:
-            framework_id = check_segment("framework id", info["framework_id"])
-            task_id = check_segment("task id", info["task_id"])
             offset, length = parse_range(request.query.get("offset"), request.query.get("length"))
+            query = {"length": str(length)}
+            if offset is not None:
+                query["offset"] = str(offset)
+            url = sandbox_url(*where, info["framework_id"], info["task_id"], info["file"], query)
         except BadRequest as e:
             raise web.HTTPBadRequest(text=str(e)) from None
-        if not agent.address:
-            raise web.HTTPNotFound(text=f"agent {agent.hostname} does not serve its sandboxes")
         if self.session is None or self.session.closed:
             raise web.HTTPServiceUnavailable(text="the master is stopping")
-        query = {"length": str(length)}
-        if offset is not None:
-            query["offset"] = str(offset)
-        path = f"/sandbox/{quote(framework_id, safe='')}/{quote(task_id, safe='')}/{info['file']}"
-        url = URL(f"http://{agent.address}{path}", encoded=True).with_query(query)
         try:
             async with self.session.get(url, allow_redirects=False) as upstream:
                 if upstream.status != 200:
@@ -222,7 +225,7 @@ class SandboxProxy:
                 }
         except (aiohttp.ClientError, TimeoutError) as e:
             raise web.HTTPBadGateway(
-                text=f"could not read the sandbox from agent {agent.hostname} "
+                text=f"could not read the sandbox from agent {agent.id} "
                 f"at {agent.address}: {str(e) or type(e).__name__}"
             ) from None
         return web.Response(

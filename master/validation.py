@@ -17,6 +17,7 @@ from mesolite.logs import clip
 from mesolite.master.roles import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
 from mesolite.resources import EMPTY, Resources
+from mesolite.sandbox_protocol import format_address, parse_address
 
 ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
 
@@ -71,11 +72,13 @@ def resources_of(tasks: Sequence[TaskSpec]) -> Resources:
 
 
 def agent_registration_problem(
-    agent_id: str, total: Resources, running: Sequence[RunningTask]
+    agent_id: str, total: Resources, running: Sequence[RunningTask], address: str = ""
 ) -> str | None:
     """What is wrong with a registration in itself (the agent id's standing aside)."""
     if total.is_empty():
         return "agent offers no resources"
+    if address and parse_address(address) is None:
+        return f"invalid sandbox address {clip(address)!r}: expected HOST:PORT"
     if agent_id and not ID.match(agent_id):
         return f"invalid agent id {clip(agent_id)!r}"
     if not agent_id and running:
@@ -84,3 +87,18 @@ def agent_registration_problem(
     if not total.contains(used):
         return f"running tasks use {used}, more than the agent's {total}"
     return None
+
+
+def sandbox_address(address: str, peer_host: str) -> str:
+    """Where the master reads an agent's sandboxes: HOST:PORT, or "" for nowhere.
+
+    `address` is what the agent registered (valid per `agent_registration_problem`);
+    `peer_host` the IP address its connection comes from, if known. The port is the
+    agent's to say; the host is the peer's, so an agent can only point the master at
+    its own machine, never at another host (server-side request forgery).
+    """
+    parsed = parse_address(address) if address else None
+    if parsed is None:
+        return ""
+    host, port = parsed
+    return format_address(peer_host or host, port)
