@@ -31,6 +31,7 @@ import errno
 import os
 import socket
 import stat
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -38,6 +39,7 @@ from types import TracebackType
 import structlog
 from aiohttp import web
 
+from mesolite.http_hosts import AllowedHosts, host_check
 from mesolite.sandbox_protocol import (
     FILES,
     OFFSET_HEADER,
@@ -147,8 +149,12 @@ async def _read(request: web.Request) -> web.Response:
     )
 
 
-def create_sandbox_app(work_dir: str | os.PathLike[str]) -> web.Application:
-    app = web.Application()
+def create_sandbox_app(
+    work_dir: str | os.PathLike[str], allowed_hosts: AllowedHosts | None = None
+) -> web.Application:
+    """The sandbox server's app; it answers only Host headers `allowed_hosts` allows
+    (default: the local names only; `mesolite/http_hosts.py`)."""
+    app = web.Application(middlewares=[host_check(allowed_hosts or AllowedHosts())])
     app[_SANDBOXES_KEY] = Path(work_dir).absolute() / "sandboxes"
     app.router.add_get(r"/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}", _read)
     return app
@@ -177,7 +183,9 @@ class SandboxServer:
     """The sandbox HTTP server of one agent. `address` (HOST:PORT) is what to register.
 
     `advertise_host` is the host put in `address`; by default the host listened
-    on, or this machine's hostname when that is a wildcard address.
+    on, or this machine's hostname when that is a wildcard address. It answers
+    requests for `allowed_hosts`, the host it listens on, the address a request
+    arrived at and the local names (`mesolite.http_hosts.AllowedHosts`).
     """
 
     def __init__(
@@ -187,8 +195,10 @@ class SandboxServer:
         port: int = 0,
         *,
         advertise_host: str | None = None,
+        allowed_hosts: Iterable[str] = (),
     ) -> None:
         self._work_dir = work_dir
+        self._allowed = AllowedHosts([*allowed_hosts, *filter(None, [advertise_host])], host)
         self._host = host
         self._port = port
         self._advertise = advertise_host
@@ -204,7 +214,9 @@ class SandboxServer:
 
     async def start(self) -> None:
         self._runner = web.AppRunner(
-            create_sandbox_app(self._work_dir), access_log=None, shutdown_timeout=1.0
+            create_sandbox_app(self._work_dir, self._allowed),
+            access_log=None,
+            shutdown_timeout=1.0,
         )
         await self._runner.setup()
         site = web.TCPSite(self._runner, self._host, self._port)

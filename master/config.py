@@ -24,3 +24,6 @@ class MasterConfig:
     work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
     seed: int = 0
+    # Host names (or addresses) the HTTP server answers besides its listen address,
+    # localhost and this machine's name (mesolite/http_hosts.py); "*" for any.
+    http_allowed_hosts: tuple[str, ...] = ()

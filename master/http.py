@@ -1,6 +1,10 @@
 """Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus,
 and the web UI (`master.ui_routes`).
 
+Every request passes two checks first: its Host header (`mesolite.http_hosts`,
+against DNS rebinding), then the permission its route asks for
+(`master.http_access`: the route table, and the guard that authentication plugs in).
+
 /state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), built per request by
 `master.read_model.build_snapshot`. Its shape is a contract that tools read, published
 as docs/state.schema.json: add fields, never rename.
@@ -13,6 +17,15 @@ import functools
 from aiohttp import web
 from prometheus_client.aiohttp import make_aiohttp_handler
 
+from mesolite.http_hosts import AllowedHosts, host_check
+from mesolite.master.http_access import (
+    Action,
+    Guard,
+    Route,
+    add_routes,
+    allow_anyone,
+    check_permission,
+)
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
 from mesolite.master.ui_routes import setup_ui
@@ -24,15 +37,27 @@ async def _state(request: web.Request) -> web.Response:
     return web.json_response(build_snapshot(request.app[MASTER_KEY]).to_json())
 
 
-def create_app(master: Master) -> web.Application:
-    app = web.Application()
-    app[MASTER_KEY] = master
-    app.router.add_get("/state", _state)
-    app.router.add_get("/metrics", make_aiohttp_handler(master.metrics.registry))
-    # GET / (the web UI), /events, task sandboxes
-    setup_ui(
-        app,
-        snapshot=functools.partial(build_snapshot, master),
-        agent=functools.partial(agent_snapshot, master),
+def create_app(
+    master: Master,
+    *,
+    allowed_hosts: AllowedHosts | None = None,
+    guard: Guard = allow_anyone,
+) -> web.Application:
+    """The master's HTTP app. `allowed_hosts`: the Host headers it answers (default: the
+    local names only); `guard`: who may do what (`master.http_access`; default: anyone)."""
+    app = web.Application(
+        middlewares=[host_check(allowed_hosts or AllowedHosts()), check_permission]
     )
+    app[MASTER_KEY] = master
+    routes = [
+        Route("/state", _state, Action.VIEW_STATE),
+        Route("/metrics", make_aiohttp_handler(master.metrics.registry), Action.VIEW_METRICS),
+        # GET / (the web UI), /events, task sandboxes
+        *setup_ui(
+            app,
+            snapshot=functools.partial(build_snapshot, master),
+            agent=functools.partial(agent_snapshot, master),
+        ),
+    ]
+    add_routes(app, routes, guard)
     return app

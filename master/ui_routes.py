@@ -35,6 +35,7 @@ import structlog
 from aiohttp import web
 
 from mesolite.logs import clip
+from mesolite.master.http_access import Action, Route
 from mesolite.sandbox_protocol import (
     OFFSET_HEADER,
     SIZE_HEADER,
@@ -296,19 +297,24 @@ async def _on_shutdown(app: web.Application) -> None:
         await session.close()
 
 
-def setup_ui(app: web.Application, *, snapshot: Snapshot, agent: AgentLookup) -> None:
-    """Add the UI's routes to the master's HTTP app, reading the cluster through `snapshot`
-    (for /events) and `agent` (where a task's sandbox is served)."""
+def setup_ui(app: web.Application, *, snapshot: Snapshot, agent: AgentLookup) -> list[Route]:
+    """Set `app` up for the UI, reading the cluster through `snapshot` (for /events) and
+    `agent` (where a task's sandbox is served); returns the UI's routes, for the
+    master's route table (`master.http_access`)."""
     app[_BROADCASTER_KEY] = StateBroadcaster(snapshot)
     app[_PROXY_KEY] = SandboxProxy(agent)
     app.cleanup_ctx.append(_background)
     app.on_shutdown.append(_on_shutdown)
-    app.router.add_get("/", _page)
-    app.router.add_get("/ui/{name}", _asset)
-    app.router.add_get("/events", _events)
-    app.router.add_get(
-        r"/agents/{agent_id}/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}", _sandbox
-    )
+    return [
+        Route("/", _page, Action.VIEW_UI),
+        Route("/ui/{name}", _asset, Action.VIEW_UI),
+        Route("/events", _events, Action.VIEW_STATE),
+        Route(
+            r"/agents/{agent_id}/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}",
+            _sandbox,
+            Action.ACCESS_SANDBOXES,
+        ),
+    ]
 
 
 def broadcaster(app: web.Application) -> StateBroadcaster:

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from mesolite import logs
 from mesolite.errors import MesoliteError
+from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
 from mesolite.master.policies import POLICIES
@@ -89,6 +90,14 @@ def _positive(text: str) -> float:
     return value
 
 
+def _parse_hosts(text: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    bad = [h for h in hosts if h != "*" and normal_host(h) is None]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a host name: {bad[0]!r}")
+    return hosts
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mesolite", description=__doc__)
     parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
@@ -142,6 +151,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="roles file (TOML): weights, guarantees and limits; reloaded on SIGHUP",
     )
     m.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the HTTP server answers besides --host, localhost and this "
+        "machine's name (a defence against DNS rebinding); '*' for any",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
@@ -168,6 +185,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the address this machine reaches the master from)",
     )
     a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
+    a.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the sandbox server answers besides the address it listens on, "
+        "localhost and this machine's name; '*' for any",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -301,6 +326,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
+        http_allowed_hosts=args.http_allowed_hosts,
     )
     server = MasterServer(config, args.host, args.port, args.http_port)
     try:
@@ -346,7 +372,11 @@ async def _run_agent(args: argparse.Namespace) -> int:
     host = args.http_host or towards_master
     wildcard = host in ("0.0.0.0", "::")
     sandboxes = SandboxServer(
-        args.work_dir, host, args.http_port, advertise_host=towards_master if wildcard else None
+        args.work_dir,
+        host,
+        args.http_port,
+        advertise_host=towards_master if wildcard else None,
+        allowed_hosts=args.http_allowed_hosts,
     )
     try:
         await sandboxes.start()
