@@ -27,3 +27,6 @@ class MasterConfig:
     # Host names (or addresses) the HTTP server answers besides its listen address,
     # localhost and this machine's name (mesolite/http_hosts.py); "*" for any.
     http_allowed_hosts: tuple[str, ...] = ()
+    # /events streams the web UI may hold open: in all, and per client (principal or IP).
+    event_streams: int = 64
+    event_streams_per_client: int = 4

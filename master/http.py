@@ -28,7 +28,7 @@ from mesolite.master.http_access import (
 )
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
-from mesolite.master.ui_routes import setup_ui
+from mesolite.master.ui_routes import StreamLimits, setup_ui
 
 MASTER_KEY = web.AppKey("master", Master)
 
@@ -44,7 +44,9 @@ def create_app(
     guard: Guard = allow_anyone,
 ) -> web.Application:
     """The master's HTTP app. `allowed_hosts`: the Host headers it answers (default: the
-    local names only); `guard`: who may do what (`master.http_access`; default: anyone)."""
+    local names only); `guard`: who may do what (`master.http_access`; default: anyone).
+    /events streams are limited by `master.config` (`event_streams*`)."""
+    config = master.config
     app = web.Application(
         middlewares=[host_check(allowed_hosts or AllowedHosts()), check_permission]
     )
@@ -57,6 +59,9 @@ def create_app(
             app,
             snapshot=functools.partial(build_snapshot, master),
             agent=functools.partial(agent_snapshot, master),
+            limits=StreamLimits(
+                total=config.event_streams, per_client=config.event_streams_per_client
+            ),
         ),
     ]
     add_routes(app, routes, guard)

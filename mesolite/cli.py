@@ -159,6 +159,20 @@ def build_parser() -> argparse.ArgumentParser:
         "machine's name (a defence against DNS rebinding); '*' for any",
     )
     m.add_argument(
+        "--event-streams",
+        type=int,
+        default=MASTER.event_streams,
+        metavar="N",
+        help="web UI event streams served at once (then 503)",
+    )
+    m.add_argument(
+        "--event-streams-per-client",
+        type=int,
+        default=MASTER.event_streams_per_client,
+        metavar="N",
+        help="event streams one client (principal, else IP address) may hold (then 429)",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
@@ -327,6 +341,8 @@ async def _run_master(args: argparse.Namespace) -> int:
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
         http_allowed_hosts=args.http_allowed_hosts,
+        event_streams=args.event_streams,
+        event_streams_per_client=args.event_streams_per_client,
     )
     server = MasterServer(config, args.host, args.port, args.http_port)
     try:

@@ -95,6 +95,8 @@ def test_the_cli_takes_the_allowed_host_names() -> None:
     assert args.http_allowed_hosts == ("*",)
     with pytest.raises(SystemExit):
         build_parser().parse_args(["master", "--http-allowed-hosts", "a b"])
+    args = build_parser().parse_args(["master", "--event-streams-per-client", "2"])
+    assert (args.event_streams, args.event_streams_per_client) == (64, 2)
 
 
 @pytest.mark.unit
