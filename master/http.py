@@ -5,8 +5,9 @@ Every request passes two checks first: its Host header (`mesolite.http_hosts`,
 against DNS rebinding), then the permission its route asks for
 (`master.http_access`: the route table, and the guard that authentication plugs in).
 
-/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), built per request by
-`master.read_model.build_snapshot`. Its shape is a contract that tools read, published
+/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), from a snapshot taken by
+`master.read_model.build_snapshot` after the request arrived, encoded in a worker
+thread (`master.state_document`: concurrent requests share one snapshot). Its shape is a contract that tools read, published
 as docs/state.schema.json: add fields, never rename.
 """
 
@@ -28,13 +29,18 @@ from mesolite.master.http_access import (
 )
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
+from mesolite.master.state_document import StateDocument
 from mesolite.master.ui_routes import StreamLimits, setup_ui
 
 MASTER_KEY = web.AppKey("master", Master)
 
 
+STATE_KEY = web.AppKey("state_document", StateDocument)
+
+
 async def _state(request: web.Request) -> web.Response:
-    return web.json_response(build_snapshot(request.app[MASTER_KEY]).to_json())
+    body = await request.app[STATE_KEY].body()  # encoded off the loop
+    return web.Response(body=body, content_type="application/json")
 
 
 def create_app(
@@ -51,6 +57,7 @@ def create_app(
         middlewares=[host_check(allowed_hosts or AllowedHosts()), check_permission]
     )
     app[MASTER_KEY] = master
+    app[STATE_KEY] = StateDocument(functools.partial(build_snapshot, master))
     routes = [
         Route("/state", _state, Action.VIEW_STATE),
         Route("/metrics", make_aiohttp_handler(master.metrics.registry), Action.VIEW_METRICS),

@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import json
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -46,6 +45,7 @@ from aiohttp import web
 
 from mesolite.logs import clip
 from mesolite.master.http_access import Action, Route, principal
+from mesolite.master.state_document import encode_json
 from mesolite.sandbox_protocol import (
     OFFSET_HEADER,
     SIZE_HEADER,
@@ -71,18 +71,16 @@ _CSP = (
 
 
 def encode_event(snapshot: ClusterSnapshot) -> tuple[bytes, bytes]:
-    """The SSE message for `snapshot`, and a fingerprint that ignores the clocks in it."""
+    """The SSE message for `snapshot`, and a fingerprint that ignores the clocks in it
+    (blocking: in a worker thread, encoded in pieces as GET /state is)."""
     state = snapshot.to_json()
-    data = json.dumps(state, separators=(",", ":"))
     steady = {
         **state,
         "time": None,
         "agents": [{**a, "seconds_since_heartbeat": None} for a in state["agents"]],
     }
-    fingerprint = hashlib.blake2b(
-        json.dumps(steady, separators=(",", ":")).encode(), digest_size=16
-    ).digest()
-    return f"event: state\ndata: {data}\n\n".encode(), fingerprint
+    fingerprint = hashlib.blake2b(encode_json(steady), digest_size=16).digest()
+    return b"event: state\ndata: " + encode_json(state) + b"\n\n", fingerprint
 
 
 @dataclass(frozen=True, slots=True)
