@@ -7,8 +7,10 @@ against DNS rebinding), then the permission its route asks for
 
 /state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), from a snapshot taken by
 `master.read_model.build_snapshot` after the request arrived, encoded in a worker
-thread (`master.state_document`: concurrent requests share one snapshot). Its shape is a contract that tools read, published
-as docs/state.schema.json: add fields, never rename.
+thread (`master.snapshot_document`: concurrent requests share one snapshot); /metrics
+is rendered from a snapshot in the same way (`MasterMetrics.exposition`). The shape
+of /state is a contract that tools read, published as docs/state.schema.json: add
+fields, never rename.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import functools
 
 from aiohttp import web
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client import CONTENT_TYPE_LATEST
 
 from mesolite.http_hosts import AllowedHosts, host_check
 from mesolite.master.http_access import (
@@ -29,18 +31,24 @@ from mesolite.master.http_access import (
 )
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
-from mesolite.master.state_document import StateDocument
+from mesolite.master.snapshot_document import SnapshotDocument
 from mesolite.master.ui_routes import StreamLimits, setup_ui
 
 MASTER_KEY = web.AppKey("master", Master)
-
-
-STATE_KEY = web.AppKey("state_document", StateDocument)
+STATE_KEY = web.AppKey("state_document", SnapshotDocument)
+METRICS_KEY = web.AppKey("metrics_document", SnapshotDocument)
 
 
 async def _state(request: web.Request) -> web.Response:
     body = await request.app[STATE_KEY].body()  # encoded off the loop
     return web.Response(body=body, content_type="application/json")
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = await request.app[METRICS_KEY].body()  # rendered off the loop
+    response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    response.enable_compression()  # if the scraper accepts it (aiohttp: in a thread)
+    return response
 
 
 def create_app(
@@ -57,10 +65,12 @@ def create_app(
         middlewares=[host_check(allowed_hosts or AllowedHosts()), check_permission]
     )
     app[MASTER_KEY] = master
-    app[STATE_KEY] = StateDocument(functools.partial(build_snapshot, master))
+    snapshot = functools.partial(build_snapshot, master)
+    app[STATE_KEY] = SnapshotDocument(snapshot)
+    app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
     routes = [
         Route("/state", _state, Action.VIEW_STATE),
-        Route("/metrics", make_aiohttp_handler(master.metrics.registry), Action.VIEW_METRICS),
+        Route("/metrics", _metrics, Action.VIEW_METRICS),
         # GET / (the web UI), /events, task sandboxes
         *setup_ui(
             app,

@@ -8,10 +8,11 @@ Two kinds, kept apart so the hot paths stay cheap:
   happen, each with a one-line call into `MasterMetrics`. Labelled children
   are resolved once, here, so a hook is a dict lookup and an increment.
 - **State** (tasks by state, shares, role allocations and fair shares, agents
-  by health, cluster totals, frameworks) is read when Prometheus scrapes, by
-  `_StateCollector`, from one `ClusterSnapshot` (master/read_model.py) per
-  scrape: nothing is kept up to date on the way, and the figures are the ones
-  `GET /state` shows, derived in the same place.
+  by health, cluster totals, frameworks) is read when Prometheus scrapes, from
+  one `ClusterSnapshot` (master/read_model.py) per scrape, taken on the event
+  loop; `exposition(snapshot)` then renders everything in a worker thread
+  (master/snapshot_document.py). Nothing is kept up to date on the way, and the
+  figures are the ones `GET /state` shows, derived in the same place.
 
 Every master has its own `CollectorRegistry` (tests run many masters in one
 process). Beside the mesolite_* series it exports the standard process_* and
@@ -41,6 +42,7 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
+    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
@@ -161,6 +163,7 @@ class MasterMetrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
+        self.snapshot: Callable[[], ClusterSnapshot] | None = None
         if master is not None:
             self.collect_state_of(master)
 
@@ -200,22 +203,35 @@ class MasterMetrics:
 
     def collect_state_of(self, master: Master) -> None:
         """Read `master`'s state at every scrape (gauges: tasks, shares, agents, totals)."""
-        self.registry.register(_StateCollector(functools.partial(build_snapshot, master)))
+        self.snapshot = functools.partial(build_snapshot, master)
+
+    def exposition(self, state: ClusterSnapshot) -> bytes:
+        """Every series in Prometheus' text format, the state's gauges read from `state`.
+
+        Blocking, and it reads only `state` and the thread-safe counters: a scrape
+        takes the snapshot on the event loop and calls this in a worker thread."""
+        return generate_latest(_Scrape(self.registry, state))
 
 
-class _StateCollector:
-    """Gauges read from one snapshot of the master's state per scrape (on the event loop)."""
+class _Scrape:
+    """What one scrape collects: the registry's series, and the state's gauges."""
 
-    def __init__(self, snapshot: Callable[[], ClusterSnapshot]) -> None:
-        self._snapshot = snapshot
+    def __init__(self, registry: CollectorRegistry, state: ClusterSnapshot) -> None:
+        self._registry = registry
+        self._state = state
 
     def collect(self) -> Iterable[Metric]:
-        state = self._snapshot()
-        yield from _tasks(state)
-        yield from _frameworks(state)
-        yield from _roles(state)
-        yield from _agents(state)
-        yield from _cluster(state)
+        yield from self._registry.collect()
+        yield from state_metrics(self._state)
+
+
+def state_metrics(state: ClusterSnapshot) -> Iterator[Metric]:
+    """The gauges of one snapshot of the master's state."""
+    yield from _tasks(state)
+    yield from _frameworks(state)
+    yield from _roles(state)
+    yield from _agents(state)
+    yield from _cluster(state)
 
 
 def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:

@@ -45,7 +45,7 @@ from aiohttp import web
 
 from mesolite.logs import clip
 from mesolite.master.http_access import Action, Route, principal
-from mesolite.master.state_document import encode_json
+from mesolite.master.snapshot_document import encode_json
 from mesolite.sandbox_protocol import (
     OFFSET_HEADER,
     SIZE_HEADER,

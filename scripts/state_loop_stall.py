@@ -100,7 +100,7 @@ with ThreadPoolExecutor(64) as pool:
 """
 
 
-async def measure(core: CoreHarness, concurrent: int, repeat: int) -> None:
+async def measure(core: CoreHarness, path: str, concurrent: int, repeat: int) -> None:
     runner = web.AppRunner(create_app(core.master), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -110,7 +110,7 @@ async def measure(core: CoreHarness, concurrent: int, repeat: int) -> None:
         sys.executable,
         "-c",
         CLIENT,
-        f"http://127.0.0.1:{port}/state",
+        f"http://127.0.0.1:{port}{path}",
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
@@ -150,6 +150,7 @@ def main() -> None:
     parser.add_argument("--agents", type=int, default=500)
     parser.add_argument("--roles", type=int, default=20)
     parser.add_argument("--rounds", type=int, default=4, help="allocation cycles launching tasks")
+    parser.add_argument("--path", default="/state", help="what to GET (/metrics, say)")
     parser.add_argument("--concurrent", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=5, help="rounds of each measurement")
     args = parser.parse_args()
@@ -170,7 +171,8 @@ def main() -> None:
     snapshot.to_json()
     as_json = time.perf_counter() - started
     print(f"build_snapshot {built * 1000:.1f} ms, to_json {as_json * 1000:.1f} ms (one run)")
-    asyncio.run(measure(core, args.concurrent, args.repeat))
+    print(f"GET {args.path}")
+    asyncio.run(measure(core, args.path, args.concurrent, args.repeat))
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""GET /state's body, made without holding the event loop.
+"""The bodies of GET /state and GET /metrics, made without holding the event loop.
 
 The snapshot must be taken on the loop (it reads the core, which the loop
 changes), and that is all that is done there: `build_snapshot` is one pass over
@@ -10,6 +10,9 @@ immutable snapshot, in pieces: `encode_json` encodes each framework, agent,
 task ... with its own `json.dumps` call, so the thread gives the interpreter
 lock back to the loop between pieces (one call over the whole document would
 keep it for the whole encoding).
+
+GET /metrics is made the same way: the snapshot on the loop, the exposition
+text from it (`MasterMetrics.exposition`) in a worker thread.
 
 Requests share work without ever getting an answer older than themselves:
 at most one document is encoded at a time, and every request that arrives
@@ -60,8 +63,9 @@ def encode_state(snapshot: ClusterSnapshot) -> bytes:
     return encode_json(snapshot.to_json())
 
 
-class StateDocument:
-    """The GET /state body, built as the module docstring says."""
+class SnapshotDocument:
+    """A document made from a snapshot of the cluster by `encode` (GET /state's JSON by
+    default), as the module docstring says."""
 
     def __init__(
         self,
@@ -89,4 +93,4 @@ class StateDocument:
             return await asyncio.to_thread(self._encode, snapshot)
 
 
-__all__ = ["StateDocument", "encode_json", "encode_state"]
+__all__ = ["SnapshotDocument", "encode_json", "encode_state"]

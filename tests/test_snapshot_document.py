@@ -11,21 +11,24 @@ import asyncio
 import itertools
 import json
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from aiohttp.typedefs import Handler
 
-from mesolite.master import http
+from mesolite.master import http, metrics
 from mesolite.master.http import create_app
 from mesolite.master.read_model import build_snapshot
-from mesolite.master.state_document import StateDocument, encode_json
+from mesolite.master.snapshot_document import SnapshotDocument, encode_json
 from mesolite.snapshot import ClusterSnapshot
 from tests.snapshots import empty_snapshot
 from tests.support.core import CoreHarness
 from tests.waiting import wait_for_condition, within
+
+T = TypeVar("T")
 
 
 def busy_core() -> CoreHarness:
@@ -40,29 +43,46 @@ def busy_core() -> CoreHarness:
     return core
 
 
-async def test_concurrent_requests_share_a_snapshot_encoded_off_the_loop(
-    monkeypatch: pytest.MonkeyPatch,
+class Gate:
+    """Wraps the function that does a document's work off the loop: records the threads
+    it runs on, and holds it (off the loop) until `release()`."""
+
+    def __init__(self) -> None:
+        self.loop_thread = threading.current_thread()
+        self.threads: list[threading.Thread] = []
+        self._released = threading.Event()
+
+    def wrap(self, function: Callable[..., T]) -> Callable[..., T]:
+        def gated(*args: Any) -> T:
+            self.threads.append(threading.current_thread())
+            if threading.current_thread() is not self.loop_thread:
+                assert self._released.wait(10), "the test never released the work"
+            return function(*args)
+
+        return gated
+
+    def release(self) -> None:
+        self._released.set()
+
+
+@pytest.mark.parametrize("path", ["/state", "/metrics"])
+async def test_concurrent_requests_share_a_snapshot_rendered_off_the_loop(
+    monkeypatch: pytest.MonkeyPatch, path: str
 ) -> None:
     core = busy_core()
-    loop_thread = threading.current_thread()
-    builds, encoded_on = 0, []
-    release = threading.Event()  # holds the first encoding until every request is in
+    gate = Gate()
+    builds = 0
 
     def counting_build(master: Any, **kwargs: Any) -> ClusterSnapshot:
         nonlocal builds
         builds += 1
         return build_snapshot(master, **kwargs)
 
-    real_to_json = ClusterSnapshot.to_json
-
-    def to_json(self: ClusterSnapshot) -> dict[str, Any]:
-        encoded_on.append(threading.current_thread())
-        if threading.current_thread() is not loop_thread:
-            assert release.wait(10), "the test never released the encoding"
-        return real_to_json(self)
-
     monkeypatch.setattr(http, "build_snapshot", counting_build)
-    monkeypatch.setattr(ClusterSnapshot, "to_json", to_json)
+    if path == "/state":
+        monkeypatch.setattr(ClusterSnapshot, "to_json", gate.wrap(ClusterSnapshot.to_json))
+    else:
+        monkeypatch.setattr(metrics, "state_metrics", gate.wrap(metrics.state_metrics))
     arrived = 0
 
     @web.middleware
@@ -76,7 +96,7 @@ async def test_concurrent_requests_share_a_snapshot_encoded_off_the_loop(
     async with TestClient(TestServer(app)) as client:
 
         async def get() -> bytes:
-            response = await client.get("/state")
+            response = await client.get(path)
             assert response.status == 200
             return await response.read()
 
@@ -84,11 +104,15 @@ async def test_concurrent_requests_share_a_snapshot_encoded_off_the_loop(
         try:
             await wait_for_condition(lambda: arrived == 8, 10, "all eight requests in")
         finally:
-            release.set()
+            gate.release()
         bodies = await within(asyncio.gather(*requests), 20, "the answers")
     assert builds <= 2, builds  # the first request's, and one for all that came during it
-    assert loop_thread not in encoded_on
-    assert all(json.loads(body) == real_to_json(build_snapshot(core.master)) for body in bodies)
+    assert gate.threads and gate.loop_thread not in gate.threads
+    if path == "/state":
+        state = build_snapshot(core.master).to_json()
+        assert all(json.loads(body) == state for body in bodies)
+    else:
+        assert all(b"mesolite_framework_tasks{" in body for body in bodies)
 
 
 @pytest.mark.unit
@@ -105,7 +129,7 @@ async def test_an_answer_is_never_older_than_its_request() -> None:
         assert gate.wait(10)
         return s.master_id.encode()
 
-    document = StateDocument(snapshot, encode)
+    document = SnapshotDocument(snapshot, encode)
     first = asyncio.ensure_future(document.body())
     await asyncio.sleep(0)  # its snapshot (version 1) is taken
     during = [asyncio.ensure_future(document.body()) for _ in range(5)]
@@ -126,7 +150,7 @@ async def test_a_client_that_goes_away_does_not_cancel_the_others() -> None:
         assert gate.wait(10)
         return b"state"
 
-    document = StateDocument(empty_snapshot, encode)
+    document = SnapshotDocument(empty_snapshot, encode)
     leaving, staying = (asyncio.ensure_future(document.body()) for _ in range(2))
     await asyncio.sleep(0)
     leaving.cancel()
@@ -149,7 +173,7 @@ def test_encode_json_is_json_dumps(value: Any) -> None:
 
 
 @pytest.mark.unit
-def test_the_state_document_is_the_snapshots_json() -> None:
+def test_the_snapshot_document_is_the_snapshots_json() -> None:
     core = busy_core()
     snapshot = build_snapshot(core.master)
     document = snapshot.to_json()
