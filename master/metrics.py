@@ -27,12 +27,11 @@ client chose: a framework's name is on GET /state, not here (a 30 MB name made a
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from prometheus_client import (
     CollectorRegistry,
@@ -46,13 +45,9 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from mesolite.master.read_model import build_snapshot
 from mesolite.model import TaskState
 from mesolite.resources import Resources
 from mesolite.snapshot import AgentHealth, ClusterSnapshot
-
-if TYPE_CHECKING:
-    from mesolite.master.master import Master
 
 # No `*_created` series: one start time per counter and label set would double
 # the output, and the text format's consumers do not use them. (Process-wide;
@@ -104,7 +99,7 @@ CYCLE_OFFERS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
 class MasterMetrics:
     """The master's counters and histograms, and the collector that reads its state."""
 
-    def __init__(self, master: Master | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self._offers_sent = Counter(
@@ -163,9 +158,6 @@ class MasterMetrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
-        self.snapshot: Callable[[], ClusterSnapshot] | None = None
-        if master is not None:
-            self.collect_state_of(master)
 
     # Hooks: one call each from the master ----------------------------------
 
@@ -200,10 +192,6 @@ class MasterMetrics:
 
     def call_rejected(self, call: str | None) -> None:
         self._rejected.labels(call or "none").inc()
-
-    def collect_state_of(self, master: Master) -> None:
-        """Read `master`'s state at every scrape (gauges: tasks, shares, agents, totals)."""
-        self.snapshot = functools.partial(build_snapshot, master)
 
     def exposition(self, state: ClusterSnapshot) -> bytes:
         """Every series in Prometheus' text format, the state's gauges read from `state`.
