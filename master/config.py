@@ -24,6 +24,12 @@ class MasterConfig:
     work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
     seed: int = 0
+    # Authorization (master/acl.py); None: every principal may do everything.
+    acls_file: Path | None = None
+    # Bounds on what clients create (each refusal says which was reached).
+    max_frameworks: int = 1000
+    max_agents: int = 10_000
+    max_roles: int = 1000  # roles frameworks may create by subscribing
     # Host names (or addresses) the HTTP server answers besides its listen address,
     # localhost and this machine's name (mesolite/http_hosts.py); "*" for any.
     http_allowed_hosts: tuple[str, ...] = ()

@@ -21,14 +21,8 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mesolite.http_hosts import AllowedHosts, host_check
-from mesolite.master.http_access import (
-    Action,
-    Guard,
-    Route,
-    add_routes,
-    allow_anyone,
-    check_permission,
-)
+from mesolite.master.acl import Action
+from mesolite.master.http_access import Guard, Route, acl_guard, add_routes, check_permission
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
 from mesolite.master.snapshot_document import SnapshotDocument
@@ -55,10 +49,11 @@ def create_app(
     master: Master,
     *,
     allowed_hosts: AllowedHosts | None = None,
-    guard: Guard = allow_anyone,
+    guard: Guard | None = None,
 ) -> web.Application:
     """The master's HTTP app. `allowed_hosts`: the Host headers it answers (default: the
-    local names only); `guard`: who may do what (`master.http_access`; default: anyone).
+    local names only); `guard`: who may do what (`master.http_access`; default: the
+    master's ACLs, every request anonymous).
     /events streams are limited by `master.config` (`event_streams*`)."""
     config = master.config
     app = web.Application(
@@ -70,7 +65,7 @@ def create_app(
     app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
     routes = [
         Route("/state", _state, Action.VIEW_STATE),
-        Route("/metrics", _metrics, Action.VIEW_METRICS),
+        Route("/metrics", _metrics, Action.VIEW_STATE),
         # GET / (the web UI), /events, task sandboxes
         *setup_ui(
             app,
@@ -81,5 +76,5 @@ def create_app(
             ),
         ),
     ]
-    add_routes(app, routes, guard)
+    add_routes(app, routes, guard or acl_guard(master))
     return app

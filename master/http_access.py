@@ -1,46 +1,42 @@
 """The master's HTTP routes and what each one asks to do: the one place it is checked.
 
-Every route the master serves is a `Route`: a path, a handler and an `Action`,
-named after the Mesos ACL it corresponds to. `create_app` (master/http.py) adds
-them all with `add_routes`, and `check_permission`, a middleware, calls the
-app's `Guard` with the matched route's action before the handler runs. A route
-added without an action is refused (403), never served unchecked.
+Every route the master serves is a `Route`: a path, a handler and the ACL
+`Action` (`master.acl`) a client needs for it. `create_app` (master/http.py)
+adds them all with `add_routes`, and `check_permission`, a middleware, calls
+the app's `Guard` with the matched route's action before the handler runs. A
+route added without an action is refused (403), never served unchecked.
+
+    | route                                          | action           |
+    | GET /  GET /ui/{name}  GET /state  GET /events | view_state       |
+    | GET /metrics                                   | view_state       |
+    | GET /agents/{a}/sandbox/{f}/{t}/{file}         | access_sandboxes |
 
 The guard decides: it returns the request's principal (None for an anonymous
-client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. Without
-authentication it is `allow_anyone`. With authentication, a guard takes the
-principal from the connection (client certificate or bearer token) and checks
-it against the ACLs for the action, and for `ACCESS_SANDBOXES` the framework
-in `request.match_info["framework_id"]`. Handlers read the principal with
-`principal(request)`: /events counts its streams per principal.
-
-    | route                                        | action             |
-    | GET /  GET /ui/{name}                        | view_ui            |
-    | GET /state  GET /events                      | view_state         |
-    | GET /metrics                                 | view_metrics       |
-    | GET /agents/{a}/sandbox/{f}/{t}/{file}       | access_sandboxes   |
+client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
+`acl_guard`: the ACLs, through `Master.authorized`, with the principal found by
+`principal_of` (authentication: a client certificate or a bearer token; until
+it is given one, every request is anonymous, which ACLs allow only where they
+say ANY, and without an ACL file everything is allowed). For `access_sandboxes`
+the object is the principal of the framework named in the path. Handlers read
+the principal with `principal(request)`: /events counts its streams per principal.
 """
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from mesolite.master.acl import Action
+
+if TYPE_CHECKING:
+    from mesolite.master.master import Master
+
 log = structlog.get_logger(__name__)
-
-
-class Action(enum.StrEnum):
-    """What a request asks to do: the permission a guard checks."""
-
-    VIEW_UI = "view_ui"  # the page, its script and its style: no cluster data
-    VIEW_STATE = "view_state"  # the cluster's state: GET /state and the /events stream
-    VIEW_METRICS = "view_metrics"  # GET /metrics
-    ACCESS_SANDBOXES = "access_sandboxes"  # a task's stdout and stderr
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +53,34 @@ web.HTTPUnauthorized (who are you?) or web.HTTPForbidden (not you)."""
 
 
 async def allow_anyone(request: web.Request, action: Action) -> str | None:
-    """The guard without authentication: everyone is anonymous and may do everything."""
+    """A guard that lets everyone, anonymous, do everything (for tests)."""
     return None
+
+
+def anonymous(request: web.Request) -> str | None:
+    """No authentication: nobody is anyone."""
+    return None
+
+
+def acl_guard(
+    master: Master, principal_of: Callable[[web.Request], str | None] = anonymous
+) -> Guard:
+    """The master's ACLs applied to each route's action, for the principal `principal_of`
+    finds (see the module docstring)."""
+
+    async def guard(request: web.Request, action: Action) -> str | None:
+        who = principal_of(request)
+        obj = None
+        if action is Action.ACCESS_SANDBOXES:
+            framework = master.frameworks.get(request.match_info.get("framework_id", ""))
+            obj = framework.principal if framework is not None else None
+        if not master.authorized(action, who, obj):
+            if who is None:
+                raise web.HTTPUnauthorized(text="authenticate first: anonymous clients may not")
+            raise web.HTTPForbidden(text=f"principal {who!r} may not {action.value}")
+        return who
+
+    return guard
 
 
 _ACTIONS = web.AppKey("route_actions", dict[web.AbstractResource, Action])
@@ -102,12 +124,13 @@ async def check_permission(request: web.Request, handler: Handler) -> web.Stream
 
 
 __all__ = [
-    "Action",
     "Guard",
     "Route",
+    "acl_guard",
     "action_of",
     "add_routes",
     "allow_anyone",
+    "anonymous",
     "check_permission",
     "principal",
 ]

@@ -44,7 +44,8 @@ import structlog
 from aiohttp import web
 
 from mesolite.logs import clip
-from mesolite.master.http_access import Action, Route, principal
+from mesolite.master.acl import Action
+from mesolite.master.http_access import Route, principal
 from mesolite.master.snapshot_document import encode_json
 from mesolite.sandbox_protocol import (
     OFFSET_HEADER,
@@ -374,8 +375,8 @@ def setup_ui(
     app.cleanup_ctx.append(_background)
     app.on_shutdown.append(_on_shutdown)
     return [
-        Route("/", _page, Action.VIEW_UI),
-        Route("/ui/{name}", _asset, Action.VIEW_UI),
+        Route("/", _page, Action.VIEW_STATE),
+        Route("/ui/{name}", _asset, Action.VIEW_STATE),
         Route("/events", _events, Action.VIEW_STATE),
         Route(
             r"/agents/{agent_id}/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}",

@@ -173,6 +173,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="event streams one client (principal, else IP address) may hold (then 429)",
     )
     m.add_argument(
+        "--acls",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="ACL file (JSON, as Mesos' --acls): who may register frameworks in which roles, "
+        "register agents, view state, read sandboxes; reloaded on SIGHUP",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
@@ -324,6 +332,7 @@ async def _until_signalled() -> None:
 
 
 async def _run_master(args: argparse.Namespace) -> int:
+    from mesolite.master.acl import AclError
     from mesolite.master.master import MasterConfig
     from mesolite.master.registry import RegistryError
     from mesolite.master.roles import RolesConfigError
@@ -336,6 +345,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         agent_timeout=args.agent_timeout,
         weights=args.weights,
         roles_file=args.roles,
+        acls_file=args.acls,
         policy=args.policy,
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
@@ -347,12 +357,18 @@ async def _run_master(args: argparse.Namespace) -> int:
     server = MasterServer(config, args.host, args.port, args.http_port)
     try:
         await server.start()
-    except (RolesConfigError, RegistryError, OSError) as e:
+    except (RolesConfigError, AclError, RegistryError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         await server.stop()
         return 2
     if server.master is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.master.reload_roles)
+        master = server.master
+
+        def reload() -> None:
+            master.reload_roles()
+            master.reload_acls()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
     try:
         print(
             f"mesolite master {server.master.master_id if server.master else ''} "

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import structlog
 
-CLIPPED_DEFAULT = 200
+CLIPPED_DEFAULT = 64
 LOGGED_VALUE_LIMIT = 1000
 _NOT_CLIPPED = frozenset({"exc_info", "stack", "exception"})
 
@@ -26,13 +26,13 @@ def clip(value: str, limit: int = CLIPPED_DEFAULT) -> str:
     """`value` if at most `limit` characters; else its head and tail around what was cut.
 
     For client-controlled strings in logs and in error messages that quote them back:
-    `clip("x" * 3_000_000)` is 200-odd characters that still say how long it was.
+    `clip("x" * 3_000_000)` is 60-odd characters that still say how long it was.
     """
     if len(value) <= limit:
         return value
     keep = max(limit - 40, 2)
     head, tail = keep - keep // 4, keep // 4
-    return f"{value[:head]}…[{len(value) - head - tail:,} characters cut]…{value[-tail:]}"
+    return f"{value[:head]}…({len(value)} characters)…{value[-tail:]}"
 
 
 def clip_values(

@@ -19,8 +19,8 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from mesolite.master.acl import Action
 from mesolite.master.http import create_app
-from mesolite.master.http_access import Action
 from mesolite.master.ui_routes import StateBroadcaster, StreamLimits, broadcaster
 from tests.cluster import LocalCluster, fast
 from tests.event_streams import events_app

@@ -27,12 +27,14 @@ LINE_LIMIT = 4096  # bytes: "a few KB"
 
 def test_clip_keeps_short_values_and_both_ends_of_long_ones() -> None:
     assert clip("abc") == "abc"
-    assert clip("a" * 200) == "a" * 200
+    assert clip("a" * 64) == "a" * 64
+    assert clip("a" * 200, 200) == "a" * 200
     long = "head-" + "x" * 1_000_000 + "-tail"
-    clipped = clip(long)
-    assert len(clipped) <= 200
-    assert clipped.startswith("head-") and clipped.endswith("-tail")
-    assert "999,850 characters cut" in clipped  # says how much
+    for limit in (64, 200, 1000):
+        clipped = clip(long, limit)
+        assert len(clipped) <= limit
+        assert clipped.startswith("head-") and clipped.endswith("-tail")
+    assert "(1000010 characters)" in clip(long, 200)  # says how long it was
     event = clip_values(None, "warning", {"event": "e", "id": long, "ids": [long], "n": 3})
     assert all(len(str(v)) <= LOGGED_VALUE_LIMIT for v in event.values())
     assert event["n"] == 3
