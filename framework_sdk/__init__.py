@@ -57,11 +57,15 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
         configure()
         asyncio.run(Hello(count=3).run(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:5050"))
 
+`Framework(..., connection=ConnectionConfig(...))` tunes how the subscription is kept
+alive (reconnection delays, timeouts); the defaults suit a real cluster.
+
 Everything the SDK raises derives from `MesoliteError` (mesolite's one error root);
 `FrameworkRejected` means the master refused the subscription and retrying will not
 help; `InvalidCall` (also a `ValueError`) a call the SDK could tell was wrong.
 """
 
+from mesolite.framework_sdk._config import ConnectionConfig
 from mesolite.framework_sdk._errors import (
     FrameworkRejected,
     InvalidCall,
@@ -75,6 +79,7 @@ from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 
 __all__ = [
+    "ConnectionConfig",
     "Framework",
     "FrameworkRejected",
     "InvalidCall",

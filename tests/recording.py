@@ -8,14 +8,14 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from mesolite.framework_sdk import Framework, Offer, TaskState, TaskStatus
+from mesolite.framework_sdk import ConnectionConfig, Framework, Offer, TaskState, TaskStatus
 from tests.waiting import wait_for_condition
+
+# Reconnect fast: tests restart masters and cut connections.
+FAST_RECONNECT = ConnectionConfig(reconnect_initial=0.05, reconnect_max=0.5)
 
 
 class RecordingFramework(Framework):
-    reconnect_initial = 0.05
-    reconnect_max = 0.5
-
     def __init__(
         self,
         name: str = "recorder",
@@ -24,7 +24,9 @@ class RecordingFramework(Framework):
         framework_id: str | None = None,
         id_file: Path | None = None,
     ) -> None:
-        super().__init__(name, role, failover_timeout, framework_id, id_file)
+        super().__init__(
+            name, role, failover_timeout, framework_id, id_file, connection=FAST_RECONNECT
+        )
         self.offers: list[tuple[float, Offer]] = []  # (monotonic time, offer)
         self.updates: list[TaskStatus] = []
         self.errors: list[tuple[str, str]] = []

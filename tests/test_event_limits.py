@@ -24,8 +24,8 @@ from mesolite.master.http import create_app
 from mesolite.master.ui_routes import StateBroadcaster, StreamLimits, broadcaster
 from tests.cluster import LocalCluster, fast
 from tests.event_streams import events_app
-from tests.snapshots import empty_snapshot
 from tests.support.core import CoreHarness
+from tests.support.snapshots import empty_snapshot
 from tests.waiting import wait_for_condition, within
 
 

@@ -15,7 +15,7 @@ from tests.cluster import LocalCluster, fast
 from tests.raw_client import Call, RawFramework, resources
 from tests.recording import RecordingFramework, running
 from tests.scraping import STANDARD_PREFIXES, scrape, total, value
-from tests.snapshots import empty_snapshot, framework
+from tests.support.snapshots import empty_snapshot, framework_snapshot
 from tests.waiting import wait_for_condition
 
 
@@ -133,7 +133,7 @@ def test_a_framework_name_is_no_label() -> None:
     # A 30 MB name was once a label of three series: 90 MB of /metrics.
     name = "n" * 1_000_000
     snapshot = empty_snapshot(
-        frameworks=(framework("m1-F0001", name),),
+        frameworks=(framework_snapshot(id="m1-F0001", name=name),),
         cluster=ClusterTotals(EMPTY, EMPTY, EMPTY, 0, 1, 0, 0),
     )
     text = MasterMetrics().exposition(snapshot)

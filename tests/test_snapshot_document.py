@@ -24,8 +24,8 @@ from mesolite.master.http import create_app
 from mesolite.master.read_model import build_snapshot
 from mesolite.master.snapshot_document import SnapshotDocument, encode_json
 from mesolite.snapshot import ClusterSnapshot
-from tests.snapshots import empty_snapshot
 from tests.support.core import CoreHarness
+from tests.support.snapshots import empty_snapshot
 from tests.waiting import wait_for_condition, within
 
 T = TypeVar("T")

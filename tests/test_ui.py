@@ -27,7 +27,7 @@ from mesolite.sandbox_protocol import DEFAULT_LENGTH, OFFSET_HEADER, SIZE_HEADER
 from tests.cluster import LocalCluster
 from tests.event_streams import events_app
 from tests.recording import RecordingFramework, running
-from tests.snapshots import empty_snapshot
+from tests.support.snapshots import empty_snapshot
 from tests.waiting import wait_for_condition, within
 
 

@@ -44,11 +44,11 @@ def agent(agent_id: str, *, connected: bool = True, healthy: bool = True) -> Age
     )
 
 
-def framework(framework_id: str, name: str = "fw", **changes: Any) -> FrameworkSnapshot:
-    """A connected framework in role `*` holding nothing; `changes` replace fields."""
+def framework_snapshot(**changes: Any) -> FrameworkSnapshot:
+    """A connected framework "f1" in role `*`, holding nothing; `changes` replace fields."""
     fields: dict[str, Any] = {
-        "id": framework_id,
-        "name": name,
+        "id": "f1",
+        "name": "f1",
         "role": "*",
         "weight": 1.0,
         "connected": True,

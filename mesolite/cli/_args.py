@@ -1,0 +1,289 @@
+"""The `mesolite` command line: its subcommands, their options, and the parsing of
+option values. Defaults come from the processes' config objects, never restated here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mesolite.http_hosts import normal_host
+from mesolite.lab.demo_scenario import AGENT_RESOURCES
+from mesolite.master.config import MasterConfig
+from mesolite.master.policies import POLICIES
+from mesolite.resources import InvalidResources, Resources
+from mesolite.views import VIEWS
+
+MASTER = MasterConfig()
+_DESCRIPTION = (
+    "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
+    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py)."
+)
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    """Mesos' --weights format: ``role1=2,role2=0.5``."""
+    weights: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        role, sep, value = part.partition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or not role or not weight > 0 or weight == float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"expected ROLE=WEIGHT with a positive weight, got {part!r}"
+            )
+        weights[role] = weight
+    return weights
+
+
+def _parse_resources(text: str) -> Resources:
+    try:
+        resources = Resources.parse(text)
+    except InvalidResources as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if resources.is_empty():
+        raise argparse.ArgumentTypeError("no resources given")
+    return resources
+
+
+def _parse_agent_resources(text: str) -> tuple[Resources, set[str]]:
+    """The resources given, and every name given (zero amounts included)."""
+    resources = _parse_resources(text)
+    named = {part.partition(":")[0].strip() for part in text.split(";") if part.strip()}
+    return resources, named
+
+
+def _parse_attributes(text: str) -> dict[str, str]:
+    attributes: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, value = part.partition(":")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME:VALUE, got {part!r}")
+        attributes[name.strip()] = value.strip()
+    return attributes
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def _parse_hosts(text: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    bad = [h for h in hosts if h != "*" and normal_host(h) is None]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a host name: {bad[0]!r}")
+    return hosts
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mesolite", description=_DESCRIPTION)
+    parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("master", help="run a master")
+    m.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    m.add_argument("--port", type=int, default=5050, help="gRPC port (0: any free port)")
+    m.add_argument(
+        "--http-port", type=int, default=5051, help="HTTP port for /state and the web UI"
+    )
+    m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
+    m.add_argument(
+        "--allocation-interval", type=_positive, default=MASTER.allocation_interval, metavar="S"
+    )
+    m.add_argument("--offer-timeout", type=_positive, default=MASTER.offer_timeout, metavar="S")
+    m.add_argument(
+        "--agent-timeout",
+        type=_positive,
+        default=MASTER.agent_timeout,
+        metavar="S",
+        help="remove an agent silent for this long",
+    )
+    m.add_argument(
+        "--weights",
+        type=_parse_weights,
+        default={},
+        metavar="ROLE=W,...",
+        help="role weights, e.g. eng=2,ops=1",
+    )
+    m.add_argument(
+        "--agent-reregister-timeout",
+        type=_positive,
+        default=MASTER.agent_reregister_timeout,
+        metavar="S",
+        help="after a restart, agents not back within this are removed and their tasks lost "
+        "(keep it above the agents' 10 s longest reconnect backoff); frameworks get this plus "
+        "their failover timeout to re-subscribe",
+    )
+    m.add_argument(
+        "--check-invariants",
+        action="store_true",
+        help="verify the bookkeeping after every step (slow; for tests)",
+    )
+    m.add_argument(
+        "--roles",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="roles file (TOML): weights, guarantees and limits; reloaded on SIGHUP",
+    )
+    m.add_argument(
+        "--acls",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="ACL file (JSON, as Mesos' --acls): who may register frameworks in which roles, "
+        "register agents, view state, read sandboxes; reloaded on SIGHUP",
+    )
+    m.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the HTTP server answers besides --host, localhost and this "
+        "machine's name (a defence against DNS rebinding); '*' for any",
+    )
+    m.add_argument(
+        "--event-streams",
+        type=int,
+        default=MASTER.event_streams,
+        metavar="N",
+        help="web UI event streams served at once (then 503)",
+    )
+    m.add_argument(
+        "--event-streams-per-client",
+        type=int,
+        default=MASTER.event_streams_per_client,
+        metavar="N",
+        help="event streams one client (principal, else IP address) may hold (then 429)",
+    )
+    m.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=MASTER.policy,
+        help="how shares are measured: dominant share, asset sum, or slots",
+    )
+
+    a = sub.add_parser("agent", help="run an agent")
+    a.add_argument("--master", required=True, metavar="HOST:PORT")
+    a.add_argument(
+        "--resources",
+        type=_parse_agent_resources,
+        default=None,
+        metavar='"cpus:4;mem:14336"',
+        help="default: this machine's CPUs and memory",
+    )
+    a.add_argument("--attributes", type=_parse_attributes, default={}, metavar='"rack:r1"')
+    a.add_argument("--work-dir", type=Path, default=Path("work-dirs/agent"))
+    a.add_argument("--hostname", default=None, help="default: this machine's host name")
+    a.add_argument(
+        "--http-host",
+        default=None,
+        metavar="HOST",
+        help="where to serve task sandboxes to the master's web UI "
+        "(default: the address this machine reaches the master from)",
+    )
+    a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
+    a.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the sandbox server answers besides the address it listens on, "
+        "localhost and this machine's name; '*' for any",
+    )
+
+    d = sub.add_parser(
+        "demo",
+        help="a local cluster and three jobs: watch DRF shift the shares as jobs come and go",
+        description="One master, three agents and three jobs in this process. Two jobs "
+        "share the cluster, a third joins a third of the way in, one finishes two thirds "
+        "in; a live table shows each job's shares beside the split DRF should reach. "
+        "Logs go to files under --work-dir.",
+    )
+    d.add_argument("--agents", type=int, default=3)
+    d.add_argument(
+        "--agent-resources",
+        type=_parse_resources,
+        default=AGENT_RESOURCES,
+        metavar='"cpus:10;mem:30720"',
+    )
+    d.add_argument(
+        "--duration",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="how long to run; each of the three phases is a third of it",
+    )
+    d.add_argument(
+        "--task-seconds",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="average task length (default: duration/20, between 2 and 3)",
+    )
+    d.add_argument("--work-dir", type=Path, default=Path("work-dirs/demo"))
+    d.add_argument(
+        "--http-port", type=int, default=5051, help="the web UI's port (taken: any free port)"
+    )
+
+    x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
+    xs = x.add_subparsers(dest="experiment", required=True)
+    e = xs.add_parser(
+        "dynamic-sharing",
+        help="two jobs whose task sizes change in three phases, on 48 agents (logs at warning)",
+    )
+    e.add_argument(
+        "--policy",
+        choices=(*POLICIES, "all"),
+        default="drf",
+        help="all: run every policy in turn and draw the comparison",
+    )
+    e.add_argument(
+        "--minutes-per-phase",
+        type=_positive,
+        metavar="F",
+        help="length of each phase (the paper's were 2; default 1/3: 20 s)",
+    )
+    e.add_argument("--out", type=Path, default=Path("docs/experiment"), metavar="DIR")
+    e.add_argument("--agents", type=int, default=48)
+    e.add_argument(
+        "--task-seconds",
+        type=_positive,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        help="each task sleeps between MIN and MAX seconds (default 4 8)",
+    )
+    e.add_argument(
+        "--hold-seconds",
+        type=float,
+        metavar="S",
+        help="how long a job keeps an offer too small for a task (default 2; 0: decline)",
+    )
+    e.add_argument("--seed", type=int, default=1)
+
+    for name, view in VIEWS.items():
+        s = sub.add_parser(name, help=view.help)
+        s.add_argument(
+            "--master",
+            default="127.0.0.1:5051",
+            metavar="HOST:HTTP_PORT",
+            help="the master's HTTP address (its --http-port)",
+        )
+        s.add_argument("--json", action="store_true", help=f"print the raw JSON of {view.json}")
+        s.add_argument(
+            "--watch",
+            nargs="?",
+            const=2.0,
+            type=_positive,
+            metavar="SECONDS",
+            help="show it again every SECONDS (default 2) until Ctrl-C",
+        )
+    return parser
