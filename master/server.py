@@ -19,6 +19,7 @@ import structlog
 from aiohttp import web
 
 from mesolite import grpc_utils
+from mesolite.http_hosts import AllowedHosts
 from mesolite.master.effects import AsyncioTimers
 from mesolite.master.http import create_app
 from mesolite.master.master import Master, MasterConfig
@@ -75,7 +76,8 @@ class MasterServer:
         self.port = grpc_utils.bind(self._grpc, self.host, self._port)
         await self._grpc.start()
 
-        self._http = web.AppRunner(create_app(master), access_log=None)
+        allowed = AllowedHosts(self.config.http_allowed_hosts, self.host)
+        self._http = web.AppRunner(create_app(master, allowed_hosts=allowed), access_log=None)
         await self._http.setup()
         site = web.TCPSite(self._http, self.host, self._http_port)
         await site.start()

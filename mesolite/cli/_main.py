@@ -61,6 +61,9 @@ async def _run_master(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
+        http_allowed_hosts=args.http_allowed_hosts,
+        event_streams=args.event_streams,
+        event_streams_per_client=args.event_streams_per_client,
     )
     server = MasterServer(config, args.host, args.port, args.http_port)
     try:
@@ -112,7 +115,11 @@ async def _run_agent(args: argparse.Namespace) -> int:
     host = args.http_host or towards_master
     wildcard = host in ("0.0.0.0", "::")
     sandboxes = SandboxServer(
-        args.work_dir, host, args.http_port, advertise_host=towards_master if wildcard else None
+        args.work_dir,
+        host,
+        args.http_port,
+        advertise_host=towards_master if wildcard else None,
+        allowed_hosts=args.http_allowed_hosts,
     )
     try:
         await sandboxes.start()
