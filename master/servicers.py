@@ -48,6 +48,7 @@ _STATUS_OF = {
     Refusal.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Refusal.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 
