@@ -27,8 +27,10 @@ Everything it needs is in its work dir:
 
     agent.json               its agent id, written once the master gave it one
     status_updates.jsonl     updates not yet acknowledged (`agent._journal`)
-    sandboxes/<framework_id>/<task_id>/{task.json,exit.json,stdout,stderr}
-                             one per task (`agent.tasks`)
+    sandboxes/<framework_id>/<task_id>/{stdout,stderr,...}
+                             one per task, owned by the task's user (`agent.tasks`)
+    meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
+                             the agent's records of each task, 0700 (`agent.tasks`)
 
 Each update is journaled (fsynced) before it is first sent. A task outlives
 the agent under its wrapper process, which records the command's exit status.
@@ -60,6 +62,7 @@ from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
 from mesolite.agent.config import AgentConfig
 from mesolite.agent.errors import AgentError, AgentRegistrationError
+from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, TaskSpec, TaskState
@@ -100,6 +103,7 @@ class Agent:
             self._work_dir,
             self._reporter.report_transition,
             kill_grace_period=config.kill_grace_period,
+            isolator=Isolator(config.isolation, self._work_dir),
         )
         self._registered = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -125,6 +129,10 @@ class Agent:
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._runner.sandbox_path(framework_id, task_id)
+
+    def records_path(self, framework_id: str, task_id: str) -> Path:
+        """Where the agent keeps its own records of a task (`task.json`, ...)."""
+        return self._runner.records_path(framework_id, task_id)
 
     async def wait_registered(self) -> str:
         """Wait until the agent is registered on the current stream; returns its id.
@@ -172,6 +180,7 @@ class Agent:
             await self._reporter.flush()
             journal.cancel()
             await asyncio.gather(journal, return_exceptions=True)
+            await asyncio.to_thread(self._runner.close)
             self._done.set()
             log.info("agent stopped", agent_id=self._agent_id)
 

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.agent.isolation import IsolationConfig
 from mesolite.backoff import Backoff
 from mesolite.resources import Resources
 
@@ -22,6 +23,7 @@ class AgentConfig:
     re-sending unacknowledged status updates. On `stop()` the agent kills its
     tasks (SIGTERM, then SIGKILL after `kill_grace_period`) and waits up to
     `stop_timeout` seconds for their final updates to be acknowledged.
+    `isolation` says how tasks are contained (`agent/isolation.py`).
     """
 
     master: str  # HOST:PORT
@@ -35,3 +37,4 @@ class AgentConfig:
     status_retry: Backoff = STATUS_RETRY
     registration_timeout: float = 10.0
     stop_timeout: float = 5.0
+    isolation: IsolationConfig = field(default_factory=IsolationConfig)

@@ -457,7 +457,7 @@ class Chaos:
             alive = [
                 (checkpoint.parent.parent.name, checkpoint.parent.name)
                 for i in range(AGENTS)
-                for checkpoint in (self.work_dir / f"agent{i}").glob("sandboxes/*/*/task.json")
+                for checkpoint in (self.work_dir / f"agent{i}").glob("meta/*/*/task.json")
                 if _task_alive(checkpoint)
             ]
             if not alive or loop.time() > deadline:

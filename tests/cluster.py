@@ -25,10 +25,12 @@ import aiohttp
 
 from mesolite.agent import Agent, AgentConfig, Backoff
 from mesolite.agent._procs import is_alive
+from mesolite.agent.isolation import Container
 from mesolite.agent.sandbox_http import SandboxServer
 from mesolite.master.master import MasterConfig
 from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
+from tests.support.cgroups import TEST_CGROUPS_ROOT, TEST_ISOLATION
 from tests.waiting import wait_for_condition
 
 # Agents heartbeat every 0.2 s, and a master that hears nothing from one for
@@ -57,21 +59,32 @@ class AgentProcess:
         if self.process.returncode is None:
             self.process.kill()
 
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The `task.json` of every task of this agent."""
+        records = []
+        for checkpoint in self.work_dir.glob("meta/*/*/task.json"):
+            with contextlib.suppress(OSError, ValueError):
+                records.append(json.loads(checkpoint.read_text()))
+        return records
+
     def task_pids(self) -> list[int]:
         """Task process groups still alive (checked by start time: pids get reused)."""
         pids = []
-        for checkpoint in self.work_dir.glob("sandboxes/*/*/task.json"):
-            with contextlib.suppress(OSError, ValueError):
-                record = json.loads(checkpoint.read_text())
-                pid, started = record.get("pid"), record.get("pid_start_time")
-                if isinstance(pid, int) and isinstance(started, int) and is_alive(pid, started):
-                    pids.append(pid)
+        for record in self.checkpoints():
+            pid, started = record.get("pid"), record.get("pid_start_time")
+            if isinstance(pid, int) and isinstance(started, int) and is_alive(pid, started):
+                pids.append(pid)
         return pids
 
     async def cleanup(self) -> None:
         self.kill()
         await self.process.wait()
-        # Tasks run in their own sessions and outlive a SIGKILLed agent.
+        # Tasks run in their own sessions and cgroups and outlive a SIGKILLed agent.
+        for record in self.checkpoints():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                container = Container.from_record(record["container"])
+                await asyncio.to_thread(container.kill, None)
+                await asyncio.to_thread(container.clean_up)
         for pid in self.task_pids():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
@@ -146,6 +159,7 @@ class LocalCluster:
                 kill_grace_period=1.0,
                 reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
                 status_retry=Backoff(initial=0.2, maximum=1.0),
+                isolation=TEST_ISOLATION,
             )
         )
         self.agents.append(agent)
@@ -346,6 +360,8 @@ async def spawn_agent_process(
         str(work_dir),
         "--hostname",
         name,
+        "--cgroups-root",
+        TEST_CGROUPS_ROOT,
         stdout=(work_dir / "agent.log").open("ab"),
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.cgroups import TEST_CGROUPS_ROOT, remove_tree
 from tests.support.core import CoreHarness
 
 UNIT = {
@@ -60,3 +61,11 @@ def core() -> Iterator[CoreHarness]:
     harness = CoreHarness()
     yield harness
     harness.assert_sound()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_cgroups() -> Iterator[None]:
+    """Agents in tests put their tasks' cgroups under one root per session
+    (tests/support/cgroups.py); whatever a test left there is killed and removed."""
+    yield
+    remove_tree(TEST_CGROUPS_ROOT)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mesolite.agent.isolation import MODES as ISOLATION_MODES
+from mesolite.agent.isolation import IsolationConfig
 from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
@@ -14,10 +16,73 @@ from mesolite.resources import InvalidResources, Resources
 from mesolite.views import VIEWS
 
 MASTER = MasterConfig()
+ISOLATION = IsolationConfig()
 _DESCRIPTION = (
     "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
     "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py)."
 )
+
+
+def _add_isolation_options(a: argparse.ArgumentParser) -> None:
+    """How the agent contains its tasks (agent/isolation.py; README: Isolation)."""
+    g = a.add_argument_group("isolation")
+    g.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default=ISOLATION.mode,
+        help="auto: a cgroup per task where the agent can create them, else the "
+        "process-tree fallback (rlimits, kill by process tree), logged at start; "
+        "cgroups: refuse to start without them; process-tree: the fallback",
+    )
+    g.add_argument(
+        "--cgroups-root",
+        default=ISOLATION.cgroups_root,
+        metavar="NAME",
+        help="the directory under each cgroup hierarchy for tasks' cgroups",
+    )
+    g.add_argument(
+        "--cpu-hard-limit",
+        action="store_true",
+        help="hold each task to its cpus with a CFS quota, not only shares under "
+        "contention (Mesos' --cgroups_enable_cfs)",
+    )
+    g.add_argument(
+        "--pids-limit",
+        type=int,
+        default=ISOLATION.pids_limit,
+        metavar="N",
+        help="processes and threads per task (0: no limit)",
+    )
+    g.add_argument(
+        "--task-user",
+        default=ISOLATION.task_user,
+        metavar="USER",
+        help="who runs tasks when the agent runs as root (Mesos' --switch_user)",
+    )
+    g.add_argument(
+        "--no-switch-user",
+        action="store_true",
+        help="run tasks as the agent's own user, root included",
+    )
+    g.add_argument(
+        "--pass-env",
+        type=lambda text: tuple(filter(None, (n.strip() for n in text.split(",")))),
+        default=ISOLATION.pass_env,
+        metavar="NAME,...",
+        help="the agent's environment variables tasks get besides PATH, LANG, LC_*, TZ",
+    )
+
+
+def isolation_config(args: argparse.Namespace) -> IsolationConfig:
+    """The agent's `IsolationConfig` from its isolation options."""
+    return IsolationConfig(
+        mode=args.isolation,
+        cgroups_root=args.cgroups_root,
+        cpu_hard_limit=args.cpu_hard_limit,
+        pids_limit=args.pids_limit or None,
+        task_user=None if args.no_switch_user else args.task_user,
+        pass_env=args.pass_env,
+    )
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -199,6 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="host names the sandbox server answers besides the address it listens on, "
         "localhost and this machine's name; '*' for any",
     )
+    _add_isolation_options(a)
 
     d = sub.add_parser(
         "demo",

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from mesolite import logs
-from mesolite.cli._args import build_parser
+from mesolite.cli._args import build_parser, isolation_config
 from mesolite.cli._views import show
 from mesolite.resources import Resources
 from mesolite.views import VIEWS
@@ -99,7 +99,7 @@ async def _run_master(args: argparse.Namespace) -> int:
 
 
 async def _run_agent(args: argparse.Namespace) -> int:
-    from mesolite.agent import Agent, AgentConfig
+    from mesolite.agent import Agent, AgentConfig, AgentError
     from mesolite.agent.resources import detect_resources
     from mesolite.agent.sandbox_http import SandboxServer, host_towards
 
@@ -127,16 +127,22 @@ async def _run_agent(args: argparse.Namespace) -> int:
         print(f"mesolite agent: cannot serve task sandboxes on {host}: {e}", file=sys.stderr)
         return 2
     try:
-        agent = Agent(
+        agent = Agent(  # decides how to contain tasks: AgentError if it cannot as asked
             AgentConfig(
                 args.master,
                 resources,
                 args.work_dir,
                 address=sandboxes.address,
                 attributes=args.attributes,
+                isolation=isolation_config(args),
                 **({"hostname": args.hostname} if args.hostname else {}),
             )
         )
+    except AgentError as e:
+        await sandboxes.stop()
+        print(f"mesolite agent: {e}", file=sys.stderr)
+        return 2
+    try:
         runner = asyncio.create_task(agent.run())
         signalled = asyncio.create_task(_until_signalled())
         done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
