@@ -329,6 +329,8 @@ class Agent:
                     total=self._total,
                     attributes=self._attributes,
                     tasks=tasks,
+                    isolation=self._runner.isolator.mode.value,
+                    task_user=self._runner.isolator.task_user_name,
                 )
             )
             try:
@@ -343,7 +345,8 @@ class Agent:
             interval = event.heartbeat_interval
             if interval <= 0:
                 interval = DEFAULT_HEARTBEAT_INTERVAL
-            helpers.append(asyncio.create_task(heartbeats(outbox, interval)))
+            usage = self._runner.sample_usage
+            helpers.append(asyncio.create_task(heartbeats(outbox, interval, usage)))
             helpers.append(asyncio.create_task(self._reporter.send(outbox)))
             while (msg := await read_event(call)) is not None:
                 self._handle(wire.event_from_proto(msg))

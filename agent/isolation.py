@@ -38,7 +38,8 @@ import enum
 import os
 import pwd
 import signal
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ from mesolite.agent._cgroups import (
 from mesolite.agent._procs import signal_group
 from mesolite.agent._task_wrapper import kill_descendants
 from mesolite.agent.errors import AgentError
+from mesolite.model import TaskUsage
 
 log = structlog.get_logger(__name__)
 
@@ -286,14 +288,19 @@ class Isolator:
             return IsolationMode.PROCESS_TREE
         return IsolationMode.CGROUPS_V2 if self._cgroups.version == 2 else IsolationMode.CGROUPS_V1
 
+    @property
+    def task_user_name(self) -> str:
+        """Who tasks run as: the task user, or the agent's own user."""
+        return self.user.name if self.user is not None else _user_name(os.geteuid())
+
     def describe(self) -> str:
-        """One line for /state and the logs: the mode, and where or why."""
+        """One line for the logs: the mode, and where or why."""
         if self._cgroups is not None:
             return f"{self.mode.value} ({self._cgroups.describe()})"
         return f"{self.mode.value} ({self.fallback_reason})"
 
     def _announce(self) -> None:
-        user = self.user.name if self.user is not None else pwd.getpwuid(os.geteuid()).pw_name
+        user = self.task_user_name
         if self._cgroups is not None:
             log.info(
                 "tasks are contained in cgroups",
@@ -347,6 +354,53 @@ class Isolator:
             self._cgroups.remove_scope()
 
 
+class UsageMeter:
+    """Each running task's use, from its cgroup, as the agent reports it (`TaskUsage`).
+
+    CPU use is a rate: the CPU time a run used since the previous `measure`, per
+    second of wall time between the two (0 at a run's first sample).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[str, tuple[float, float]] = {}  # run id -> (CPU seconds, when)
+
+    def measure(self, runs: Iterable[tuple[str, str, str, Container]]) -> list[TaskUsage]:
+        """(run id, framework id, task id, container) of each running task -> their use.
+        Blocking: a few small reads per task."""
+        now = time.monotonic()
+        usage, last = [], {}
+        for run_id, framework_id, task_id, container in runs:
+            stats = container.stats()
+            if stats is None or stats.cpu_seconds is None:
+                continue
+            cpu = stats.cpu_seconds
+            before = self._last.get(run_id)
+            rate = 0.0
+            if before is not None and now > before[1]:
+                rate = max(0.0, cpu - before[0]) / (now - before[1])
+            last[run_id] = (cpu, now)
+            usage.append(
+                TaskUsage(
+                    framework_id=framework_id,
+                    task_id=task_id,
+                    cpus_used=round(rate, 4),
+                    cpu_seconds=round(cpu, 3),
+                    mem_used_mb=round((stats.mem_bytes or 0) / _MB, 2),
+                    mem_peak_mb=round((stats.mem_peak_bytes or 0) / _MB, 2),
+                    processes=stats.processes or 0,
+                )
+            )
+        self._last = last  # runs that ended are forgotten
+        return usage
+
+
+def _user_name(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
 def _mb(amount: int | None) -> str:
     return f"{(amount or 0) / _MB:.1f} MB"
 
@@ -362,4 +416,5 @@ __all__ = [
     "Isolator",
     "Limitation",
     "TaskUser",
+    "UsageMeter",
 ]

@@ -82,8 +82,8 @@ from mesolite.agent._task_records import (
     task_from_checkpoint,
     write_checkpoint,
 )
-from mesolite.agent.isolation import Isolator
-from mesolite.model import RunningTask, TaskSpec, TaskState
+from mesolite.agent.isolation import Isolator, UsageMeter
+from mesolite.model import RunningTask, TaskSpec, TaskState, TaskUsage
 
 log = structlog.get_logger(__name__)
 
@@ -125,6 +125,7 @@ class TaskRunner:
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
         self._ended: dict[tuple[str, str], EndedTask] = {}
+        self._meter = UsageMeter()
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._sandboxes / framework_id / task_id
@@ -140,6 +141,15 @@ class TaskRunner:
     def running_tasks(self) -> list[RunningTask]:
         """Tasks not yet in a terminal state, with their current state."""
         return [RunningTask(t.framework_id, t.spec, t.state) for t in self._tasks.values()]
+
+    async def sample_usage(self) -> list[TaskUsage]:
+        """What each running task uses now, from its cgroup (none without cgroups)."""
+        runs = [
+            (t.run_id, t.framework_id, t.spec.task_id, t.container)
+            for t in self._tasks.values()
+            if t.state is TaskState.RUNNING and t.container is not None and t.container.cgroup
+        ]
+        return await asyncio.to_thread(self._meter.measure, runs) if runs else []
 
     def ended_tasks(self) -> list[RunningTask]:
         """Tasks that ended but whose end is not known to be acknowledged, in their end

@@ -26,6 +26,7 @@ from mesolite.model import (
     FrameworkInfo,
     RunningTask,
     TaskState,
+    TaskUsage,
 )
 from mesolite.resources import Resources
 
@@ -44,12 +45,17 @@ class AgentHandling(MasterCore):
         principal: str | None = None,
         *,
         peer_host: str = "",
+        isolation: str = "",
+        task_user: str = "",
     ) -> str:
         """`principal`: who is on the other end, from the connection (None without
         authentication); `peer_host`: the IP address it connects from, if known (the
-        master reads its sandboxes there: `validation.sandbox_address`). Everything is
+        master reads its sandboxes there: `validation.sandbox_address`); `isolation` and
+        `task_user`: how it contains tasks, for the operator's views. Everything is
         checked before anything changes."""
-        self._check_registration(agent_id, hostname, address, total, attributes, running, principal)
+        self._check_registration(
+            agent_id, hostname, address, total, attributes, running, principal, isolation, task_user
+        )
         address = validation.sandbox_address(address, peer_host)
         now = self._clock()
         kills: list[msg.KillTask] = []  # sent after `Registered` (rule 3)
@@ -68,6 +74,8 @@ class AgentHandling(MasterCore):
                 resources=str(total),
                 principal=principal,
             )
+        self.agents[agent_id].isolation = isolation
+        self.agents[agent_id].task_user = task_user
         outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
         for kill in kills:
             outbox.send(kill)
@@ -83,11 +91,13 @@ class AgentHandling(MasterCore):
         attributes: dict[str, str],
         running: Sequence[RunningTask],
         principal: str | None,
+        isolation: str = "",
+        task_user: str = "",
     ) -> None:
         """Raise `RegistrationRefused` for a registration the master must not apply."""
         problem = validation.agent_registration_problem(
             agent_id, total, running, address
-        ) or validation.agent_info_problem(hostname, attributes)
+        ) or validation.agent_info_problem(hostname, attributes, isolation, task_user)
         if problem:
             raise RegistrationRefused(Refusal.INVALID, problem)
         if not self.authorized(Action.REGISTER_AGENTS, principal):
@@ -325,10 +335,15 @@ class AgentHandling(MasterCore):
         self.allocator.add_framework(framework_id, DEFAULT_ROLE, connected=False)
         return framework
 
-    def agent_heartbeat(self, agent_id: str) -> None:
+    def agent_heartbeat(self, agent_id: str, usage: Sequence[TaskUsage] = ()) -> None:
+        """The agent is alive; `usage` is what its running tasks use now. Only its own
+        tasks' figures are taken; a task it does not measure has none."""
         agent = self.agents.get(agent_id)
         if agent is not None:
             agent.last_seen = self._clock()
+            measured = {(u.framework_id, u.task_id): u for u in usage}
+            for key, task in agent.tasks.items():
+                task.usage = measured.get(key)
 
     @checked
     def disconnect_agent(self, agent_id: str, outbox: Peer[Any]) -> None:

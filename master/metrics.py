@@ -58,7 +58,23 @@ RescindReason = Literal["timeout", "agent_lost", "framework_gone"]
 RESCIND_REASONS: tuple[RescindReason, ...] = ("timeout", "agent_lost", "framework_gone")
 
 # Every label name of the mesolite_* series: ids, or values from a fixed set.
-LABELS = frozenset({"framework_id", "role", "resource", "state", "health", "reason", "call"})
+LABELS = frozenset(
+    {
+        "framework_id",
+        "task_id",
+        "agent_id",
+        "role",
+        "resource",
+        "state",
+        "health",
+        "reason",
+        "call",
+        "isolation",
+    }
+)
+# How agents contain tasks (`mesolite_agents_by_isolation`); any other value an
+# agent reports is counted as "other", so the label stays within a fixed set.
+ISOLATION_MODES = ("cgroups-v2", "cgroups-v1", "process-tree", "other")
 
 # Scheduler calls a framework can make (the `call` oneof of mesolite.v1.Call),
 # plus "none" for a call with nothing set.
@@ -216,9 +232,11 @@ class _Scrape:
 def state_metrics(state: ClusterSnapshot) -> Iterator[Metric]:
     """The gauges of one snapshot of the master's state."""
     yield from _tasks(state)
+    yield from _task_usage(state)
     yield from _frameworks(state)
     yield from _roles(state)
     yield from _agents(state)
+    yield from _agent_usage(state)
     yield from _cluster(state)
 
 
@@ -233,6 +251,21 @@ def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:
         if not task_state.is_terminal:
             tasks.add_metric([task_state.value], by_state.get(task_state, 0))
     yield tasks
+
+
+def _task_usage(state: ClusterSnapshot) -> Iterator[Metric]:
+    usage = GaugeMetricFamily(
+        "mesolite_task_usage",
+        "What a running task uses, as its agent measures it in the task's cgroup: cpus "
+        "(CPU seconds per second over the agent's last sample) and mem (MB charged). "
+        "Only tasks on agents with cgroups.",
+        labels=["framework_id", "task_id", "resource"],
+    )
+    for t in state.tasks:
+        if t.usage is not None:
+            usage.add_metric([t.framework_id, t.id, "cpus"], t.usage.cpus_used)
+            usage.add_metric([t.framework_id, t.id, "mem"], t.usage.mem_used_mb)
+    yield usage
 
 
 def _frameworks(state: ClusterSnapshot) -> Iterator[Metric]:
@@ -327,6 +360,37 @@ def _agents(state: ClusterSnapshot) -> Iterator[Metric]:
     )
 
 
+def _agent_usage(state: ClusterSnapshot) -> Iterator[Metric]:
+    labels = ["agent_id", "resource"]
+    used = GaugeMetricFamily(
+        "mesolite_agent_used",
+        "What the agent's running tasks hold (were given), in the resource's unit.",
+        labels=labels,
+    )
+    usage = GaugeMetricFamily(
+        "mesolite_agent_usage",
+        "What the agent's running tasks use, as it measures them in their cgroups "
+        "(cpus: CPUs, mem: MB); absent for agents without cgroups.",
+        labels=labels,
+    )
+    modes = GaugeMetricFamily(
+        "mesolite_agents_by_isolation",
+        "Agents by how they contain tasks: cgroups-v2, cgroups-v1, or process-tree (the "
+        "fallback: per-process rlimits, no CPU or pids limit).",
+        labels=["isolation"],
+    )
+    for a in state.agents:
+        for name in sorted(a.total):
+            used.add_metric([a.id, name], a.used.get_amount(name))
+        for name in sorted(a.usage):
+            usage.add_metric([a.id, name], a.usage.get_amount(name))
+    known = set(ISOLATION_MODES)
+    by_mode = Tally(a.isolation if a.isolation in known else "other" for a in state.agents)
+    for mode in ISOLATION_MODES:
+        modes.add_metric([mode], by_mode[mode])
+    yield from (used, usage, modes)
+
+
 def _cluster(state: ClusterSnapshot) -> Iterator[Metric]:
     total, allocated = state.cluster.total, state.cluster.allocated
     total_family = GaugeMetricFamily(
@@ -339,10 +403,18 @@ def _cluster(state: ClusterSnapshot) -> Iterator[Metric]:
         "Resources in use by tasks or held by outstanding offers, in the resource's unit.",
         labels=["resource"],
     )
+    usage_family = GaugeMetricFamily(
+        "mesolite_cluster_usage",
+        "What running tasks use, as their agents measure it in their cgroups "
+        "(cpus: CPUs, mem: MB).",
+        labels=["resource"],
+    )
     for name in sorted(set(total) | set(allocated)):
         total_family.add_metric([name], total.get_amount(name))
         allocated_family.add_metric([name], allocated.get_amount(name))
-    yield from (total_family, allocated_family)
+    for name in sorted(state.cluster.usage):
+        usage_family.add_metric([name], state.cluster.usage.get_amount(name))
+    yield from (total_family, allocated_family, usage_family)
     yield GaugeMetricFamily(
         "mesolite_offers_outstanding",
         "Offers sent and not yet accepted, declined or rescinded.",

@@ -255,6 +255,8 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 running,
                 outbox,
                 peer_host=peer_host(context.peer()),
+                isolation=reg.isolation,
+                task_user=reg.task_user,
             )
         except RegistrationRefused as e:
             log.warning(
@@ -270,7 +272,12 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 return
             kind = call.WhichOneof("call")
             if kind == "heartbeat":
-                self._master.agent_heartbeat(agent_id)
+                try:
+                    usage = [convert.usage_from_proto(u) for u in call.heartbeat.usage]
+                except ValueError as e:
+                    log.warning("bad task usage", agent_id=agent_id, reason=clip(str(e)))
+                    usage = []
+                self._master.agent_heartbeat(agent_id, usage)
             elif kind == "status_update":
                 update = call.status_update
                 try:

@@ -219,6 +219,7 @@ class StatusUpdateHandling(MasterCore):
             task.state,
             message="reconciliation",
             exit_code=last.exit_code if last else None,
+            reason=last.reason if last else "",
             timestamp=self._wall_clock(),
             source=StatusSource.MASTER,
         )

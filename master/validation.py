@@ -192,9 +192,15 @@ def sandbox_address(address: str, peer_host: str) -> str:
     return format_address(peer_host or host, port)
 
 
-def agent_info_problem(hostname: str, attributes: Mapping[str, str]) -> str | None:
+def agent_info_problem(
+    hostname: str, attributes: Mapping[str, str], isolation: str = "", task_user: str = ""
+) -> str | None:
     """What is wrong with how an agent describes itself."""
-    if problem := _name_problem("hostname", hostname):
+    if problem := (
+        _name_problem("hostname", hostname)
+        or _name_problem("isolation", isolation)
+        or _name_problem("task user", task_user)
+    ):
         return problem
     if len(attributes) > MAX_ATTRIBUTES:
         return f"the agent has {len(attributes)} attributes, more than {MAX_ATTRIBUTES}"

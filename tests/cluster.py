@@ -25,7 +25,7 @@ import aiohttp
 
 from mesolite.agent import Agent, AgentConfig, Backoff
 from mesolite.agent._procs import is_alive
-from mesolite.agent.isolation import Container
+from mesolite.agent.isolation import Container, IsolationConfig
 from mesolite.agent.sandbox_http import SandboxServer
 from mesolite.master.master import MasterConfig
 from mesolite.master.server import MasterServer
@@ -143,7 +143,9 @@ class LocalCluster:
         if e is None:
             assert violations == [], violations
 
-    async def add_agent(self, resources: str, name: str | None = None) -> Agent:
+    async def add_agent(
+        self, resources: str, name: str | None = None, isolation: IsolationConfig = TEST_ISOLATION
+    ) -> Agent:
         """Start an agent in this process and wait until the master has registered it."""
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
         sandboxes = SandboxServer(self.work_dir / name)  # what the web UI reads task output from
@@ -159,7 +161,7 @@ class LocalCluster:
                 kill_grace_period=1.0,
                 reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
                 status_retry=Backoff(initial=0.2, maximum=1.0),
-                isolation=TEST_ISOLATION,
+                isolation=isolation,
             )
         )
         self.agents.append(agent)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ from mesolite.agent.sandbox_http import create_sandbox_app, read_chunk
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
+from tests.support.cgroups import TEST_ISOLATION
 
 SECRET = "the agent's own file: not for any task"
 
@@ -45,7 +47,10 @@ async def test_a_task_that_hard_links_a_file_as_its_stderr_does_not_get_it_shown
     tmp_path: Path, secret: Path
 ) -> None:
     async with LocalCluster(tmp_path) as cluster, aiohttp.ClientSession() as http:
-        agent = await cluster.add_agent("cpus:1;mem:256")
+        # Tasks as root (--no-switch-user), so the link is made: run as the task user,
+        # the kernel refuses it (protected hard links), and that is not what is tested.
+        as_root = replace(TEST_ISOLATION, task_user=None)
+        agent = await cluster.add_agent("cpus:1;mem:256", isolation=as_root)
         fw = RecordingFramework("linker")
         async with running(fw, cluster.address):
             offer = await fw.next_offer()
