@@ -18,6 +18,12 @@ The protocol's shared pieces are in `mesolite/sandbox_protocol.py`. The agent
 registers the address of this server with the master (`AgentConfig(...,
 address=server.address)`); the master proxies the UI's requests to it.
 
+With `tls` the server speaks HTTPS with the agent's certificate, requires a client
+certificate from the cluster's CA, and answers only the principals in `readers`
+(default: `master`, the CN of the master's certificate); anyone else gets 403, so the
+master's own access checks cannot be bypassed by asking the agent directly. Without TLS
+it listens only on loopback unless `insecure` (`mesolite.tls.check_listen`).
+
     async with SandboxServer(work_dir, host="127.0.0.1", port=0) as sandboxes:
         agent = Agent(AgentConfig(master, resources, work_dir, address=sandboxes.address))
 """
@@ -29,12 +35,14 @@ import errno
 import os
 import socket
 import stat
+from collections.abc import Awaitable, Callable, Collection
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mesolite.sandbox_protocol import (
     FILES,
@@ -44,10 +52,12 @@ from mesolite.sandbox_protocol import (
     check_segment,
     parse_range,
 )
+from mesolite.tls import TlsConfig, check_listen, peer_principal
 
 log = structlog.get_logger(__name__)
 
 _SANDBOXES_KEY = web.AppKey("sandboxes", Path)
+MASTER_PRINCIPAL = "master"
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,8 +119,26 @@ async def _read(request: web.Request) -> web.Response:
     )
 
 
-def create_sandbox_app(work_dir: str | os.PathLike[str]) -> web.Application:
-    app = web.Application()
+def _only(readers: Collection[str]) -> Middleware:
+    @web.middleware
+    async def check_reader(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        principal = peer_principal(request.transport)
+        if principal not in readers:
+            log.info("sandbox read refused", principal=principal, path=request.path[:200])
+            raise web.HTTPForbidden(text="only the master reads sandboxes here")
+        return await handler(request)
+
+    return check_reader
+
+
+def create_sandbox_app(
+    work_dir: str | os.PathLike[str], readers: Collection[str] | None = None
+) -> web.Application:
+    """The app; with `readers`, only those principals (verified client certificates) are
+    answered."""
+    app = web.Application(middlewares=[] if readers is None else [_only(frozenset(readers))])
     app[_SANDBOXES_KEY] = Path(work_dir).absolute() / "sandboxes"
     app.router.add_get(r"/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}", _read)
     return app
@@ -149,11 +177,17 @@ class SandboxServer:
         port: int = 0,
         *,
         advertise_host: str | None = None,
+        tls: TlsConfig | None = None,
+        readers: Collection[str] = (MASTER_PRINCIPAL,),
+        insecure: bool = False,
     ) -> None:
         self._work_dir = work_dir
         self._host = host
         self._port = port
         self._advertise = advertise_host
+        self._tls = tls
+        self._readers = frozenset(readers)
+        self._insecure = insecure
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -165,11 +199,13 @@ class SandboxServer:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(
-            create_sandbox_app(self._work_dir), access_log=None, shutdown_timeout=1.0
-        )
+        tls = self._tls
+        check_listen("task sandboxes", self._host, tls=tls is not None, insecure=self._insecure)
+        ssl_context = tls.server_context(require_client_cert=True) if tls else None
+        app = create_sandbox_app(self._work_dir, self._readers if tls else None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=ssl_context)
         try:
             await site.start()
         except OSError:
@@ -177,7 +213,7 @@ class SandboxServer:
             self._runner = None
             raise
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("sandbox server started", address=self.address)
+        log.info("sandbox server started", address=self.address, tls=tls is not None)
 
     async def stop(self) -> None:
         if self._runner is not None:

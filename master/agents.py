@@ -40,6 +40,7 @@ class AgentHandling(MasterCore):
         attributes: dict[str, str],
         running: Sequence[RunningTask],
         outbox: Peer[msg.AgentMessage],
+        principal: str | None = None,
     ) -> str:
         if problem := validation.agent_registration_problem(agent_id, total, running):
             raise RegistrationRefused(Refusal.INVALID, problem)
@@ -58,11 +59,11 @@ class AgentHandling(MasterCore):
         if agent_id in self.agents:
             kills = self._reregister_known(self.agents[agent_id], address, running, outbox, now)
         elif agent_id in self.recovering_agents:
-            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
+            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now, principal)
             kills = self._reregister_recovered(self.agents[agent_id], running)
         else:
             agent_id = self._new_id("S")
-            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now)
+            self._add_agent(agent_id, hostname, address, total, attributes, outbox, now, principal)
             log.info("agent registered", agent_id=agent_id, hostname=hostname, resources=str(total))
         outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
         for kill in kills:
@@ -126,6 +127,7 @@ class AgentHandling(MasterCore):
         attributes: dict[str, str],
         outbox: Peer[msg.AgentMessage],
         now: float,
+        principal: str | None = None,
     ) -> None:
         self.registry.admit_agent(agent_id, hostname, total, self._wall_clock())
         self.agents[agent_id] = AgentRecord(
@@ -137,6 +139,7 @@ class AgentHandling(MasterCore):
             outbox,
             last_seen=now,
             registered_at=self._wall_clock(),
+            principal=principal,
         )
         self.allocator.add_agent(agent_id, total)
         self._cluster_changed()

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.tls import TlsConfig
+
 
 @dataclass(frozen=True, slots=True)
 class MasterConfig:
@@ -24,3 +26,8 @@ class MasterConfig:
     work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
     seed: int = 0
+    # TLS on both ports, and with it authentication of every call (master/authn.py).
+    tls: TlsConfig | None = None
+    credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)
+    # Listen on a non-loopback address without TLS (refused otherwise).
+    insecure: bool = False

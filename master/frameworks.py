@@ -26,7 +26,12 @@ from mesolite.model import (
 
 class FrameworkHandling(MasterCore):
     @checked
-    def subscribe(self, info: FrameworkInfo, outbox: Peer[msg.FrameworkMessage]) -> str:
+    def subscribe(
+        self,
+        info: FrameworkInfo,
+        outbox: Peer[msg.FrameworkMessage],
+        principal: str | None = None,
+    ) -> str:
         role = info.role or DEFAULT_ROLE
         info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id)
         if problem := validation.framework_info_problem(info):
@@ -34,7 +39,9 @@ class FrameworkHandling(MasterCore):
         if info.framework_id:
             return self._resubscribe(info, outbox)
         framework_id = self._new_id("F")
-        framework = FrameworkRecord(framework_id, info, outbox, registered_at=self._wall_clock())
+        framework = FrameworkRecord(
+            framework_id, info, outbox, registered_at=self._wall_clock(), principal=principal
+        )
         self.registry.add_framework(
             FrameworkEntry(
                 framework_id, info.name, role, info.failover_timeout, framework.registered_at

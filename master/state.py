@@ -37,6 +37,7 @@ class AgentRecord:
     last_seen: float
     registered_at: float
     tasks: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)  # (framework, task)
+    principal: str | None = None  # who registered it (None: authentication off)
 
     @property
     def connected(self) -> bool:
@@ -60,6 +61,7 @@ class FrameworkRecord:
     undelivered: list[TaskStatus] = field(default_factory=list)
     # Torn down, waiting for its tasks to end; unknown to everyone else.
     removing: bool = False
+    principal: str | None = None  # who subscribed it (None: authentication off)
 
     @property
     def connected(self) -> bool:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import ssl
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from urllib.parse import quote
@@ -184,8 +185,9 @@ _PROXY_TIMEOUT = aiohttp.ClientTimeout(total=10, sock_connect=3)
 class SandboxProxy:
     """Reads task sandboxes from the agents' sandbox servers for the page."""
 
-    def __init__(self, agent: AgentLookup) -> None:
+    def __init__(self, agent: AgentLookup, ssl_context: ssl.SSLContext | None = None) -> None:
         self._agent = agent
+        self._ssl = ssl_context  # HTTPS to the agents when the cluster has TLS
         self.session: aiohttp.ClientSession | None = None
 
     async def read(self, request: web.Request) -> web.Response:
@@ -207,9 +209,12 @@ class SandboxProxy:
         if offset is not None:
             query["offset"] = str(offset)
         path = f"/sandbox/{quote(framework_id, safe='')}/{quote(task_id, safe='')}/{info['file']}"
-        url = URL(f"http://{agent.address}{path}", encoded=True).with_query(query)
+        scheme = "https" if self._ssl else "http"
+        url = URL(f"{scheme}://{agent.address}{path}", encoded=True).with_query(query)
         try:
-            async with self.session.get(url, allow_redirects=False) as upstream:
+            async with self.session.get(
+                url, allow_redirects=False, ssl=self._ssl or True
+            ) as upstream:
                 if upstream.status != 200:
                     status = upstream.status if upstream.status in (400, 404) else 502
                     text = (await _read_at_most(upstream, 500)).decode(errors="replace")
@@ -293,11 +298,18 @@ async def _on_shutdown(app: web.Application) -> None:
         await session.close()
 
 
-def setup_ui(app: web.Application, *, snapshot: Snapshot, agent: AgentLookup) -> None:
+def setup_ui(
+    app: web.Application,
+    *,
+    snapshot: Snapshot,
+    agent: AgentLookup,
+    sandbox_ssl: ssl.SSLContext | None = None,
+) -> None:
     """Add the UI's routes to the master's HTTP app, reading the cluster through `snapshot`
-    (for /events) and `agent` (where a task's sandbox is served)."""
+    (for /events) and `agent` (where a task's sandbox is served, over HTTPS with
+    `sandbox_ssl` when given)."""
     app[_BROADCASTER_KEY] = StateBroadcaster(snapshot)
-    app[_PROXY_KEY] = SandboxProxy(agent)
+    app[_PROXY_KEY] = SandboxProxy(agent, sandbox_ssl)
     app.cleanup_ctx.append(_background)
     app.on_shutdown.append(_on_shutdown)
     app.router.add_get("/", _page)

@@ -8,7 +8,7 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from mesolite.framework_sdk import Framework, Offer, TaskState, TaskStatus
+from mesolite.framework_sdk import Framework, Offer, TaskState, TaskStatus, TlsConfig
 from tests.waiting import wait_for_condition
 
 
@@ -23,8 +23,11 @@ class RecordingFramework(Framework):
         failover_timeout: float = 0.0,
         framework_id: str | None = None,
         id_file: Path | None = None,
+        *,
+        tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
-        super().__init__(name, role, failover_timeout, framework_id, id_file)
+        super().__init__(name, role, failover_timeout, framework_id, id_file, tls=tls, token=token)
         self.offers: list[tuple[float, Offer]] = []  # (monotonic time, offer)
         self.updates: list[TaskStatus] = []
         self.errors: list[tuple[str, str]] = []
