@@ -1,5 +1,6 @@
 """The `mesolite` command: run a master or an agent, a local demo, or look at a master
-(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py)."""
+(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py); make a
+cluster's certificates (`mesolite certs init DIR`, mesolite/certs.py)."""
 
 from __future__ import annotations
 
@@ -8,26 +9,33 @@ import asyncio
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
-from mesolite import logs
+from mesolite import logs, tls_options
 from mesolite.errors import MesoliteError
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
 from mesolite.master.policies import POLICIES
 from mesolite.resources import InvalidResources, Resources
 from mesolite.snapshot import ClusterSnapshot, DocumentError
+from mesolite.tls import TlsConfig, TlsError
+from mesolite.tls_options import PLAINTEXT, ClientAuth
 from mesolite.views import VIEWS, View
+
+if TYPE_CHECKING:
+    from mesolite.master.server import MasterServer
 
 # Output width when piped: wide enough that table rows are never wrapped.
 # Defaults come from the process's config object, never restated here.
@@ -147,6 +155,34 @@ def build_parser() -> argparse.ArgumentParser:
         default=MASTER.policy,
         help="how shares are measured: dominant share, asset sum, or slots",
     )
+    t = m.add_argument_group(
+        "TLS and authentication",
+        "With TLS both ports are encrypted and every call must come from a principal: a "
+        "client certificate from the CA (its CN), or a bearer token from --credentials.",
+    )
+    tls_options.add_file_options(
+        t, "the master's bundle from `mesolite certs init` (ca.crt, tls.crt, tls.key)"
+    )
+    t.add_argument(
+        "--credentials",
+        type=Path,
+        metavar="FILE",
+        help="bearer tokens (principal and sha256 per line; certs init --token writes it); "
+        "reloaded on SIGHUP",
+    )
+    t.add_argument(
+        "--token-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="a second gRPC port for bearer-token clients (0: any free port); the main port "
+        "requires certificates",
+    )
+    t.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without TLS (anyone who reaches it can act as anyone)",
+    )
 
     a = sub.add_parser("agent", help="run an agent")
     a.add_argument("--master", required=True, metavar="HOST:PORT")
@@ -168,6 +204,18 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the address this machine reaches the master from)",
     )
     a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
+    tls_options.add_client_options(a)
+    a.add_argument(
+        "--master-principal",
+        default="master",
+        metavar="NAME",
+        help="with TLS, the only principal the sandbox server answers (the master's CN)",
+    )
+    a.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow serving sandboxes on a non-loopback address without TLS",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -202,6 +250,62 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--http-port", type=int, default=5051, help="the web UI's port (taken: any free port)"
     )
+
+    c = sub.add_parser("certs", help="make a CA and certificates for a cluster")
+    cs = c.add_subparsers(dest="certs", required=True)
+    ci = cs.add_parser(
+        "init",
+        help="a new CA and bundles for the master, an agent, frameworks and users",
+        description="Writes DIR/ca.crt and DIR/ca.key (keep it safe) and one bundle per "
+        "principal, DIR/<name>/{ca.crt,tls.crt,tls.key}, for --tls-dir. A principal is its "
+        "certificate's CN. Keys are 0600.",
+    )
+    ci.add_argument("dir", type=Path, metavar="DIR")
+    ci.add_argument(
+        "--principal",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a framework or CLI user to make a certificate for (repeatable; "
+        "default: framework and admin)",
+    )
+    ci.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the master (besides localhost, 127.0.0.1, ::1)",
+    )
+    ci.add_argument(
+        "--agent-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the agent's sandbox server",
+    )
+    ci.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a principal with a bearer token instead of a certificate (repeatable): "
+        "DIR/NAME/token, and its hash in DIR/credentials for the master's --credentials",
+    )
+    ci.add_argument("--days", type=int, default=365, help="how long the certificates are valid")
+    cn = cs.add_parser("issue", help="one more certificate from the CA in DIR")
+    cn.add_argument("dir", type=Path, metavar="DIR")
+    cn.add_argument("name", metavar="NAME")
+    cn.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="make it a server certificate for this name (an agent on another machine)",
+    )
+    cn.add_argument("--days", type=int, default=365)
+    ct = cs.add_parser("token", help="a bearer token for NAME, added to DIR/credentials")
+    ct.add_argument("dir", type=Path, metavar="DIR")
+    ct.add_argument("name", metavar="NAME")
 
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)
@@ -255,6 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS",
             help="show it again every SECONDS (default 2) until Ctrl-C",
         )
+        tls_options.add_client_options(s)
     return parser
 
 
@@ -262,6 +367,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return _show(args)
+    if args.command == "certs":
+        return _certs(args)
     if args.command != "demo":  # the demo logs to files under its work dir
         logs.configure(json=args.log_json, level=args.log_level)
     runners = {
@@ -290,6 +397,11 @@ async def _run_master(args: argparse.Namespace) -> int:
     from mesolite.master.roles import RolesConfigError
     from mesolite.master.server import MasterServer
 
+    try:
+        tls = _master_tls(args)
+    except TlsError as e:
+        print(f"mesolite master: {e}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     config = MasterConfig(
         allocation_interval=args.allocation_interval,
@@ -301,32 +413,69 @@ async def _run_master(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
+        tls=tls,
+        credentials_file=args.credentials,
+        insecure=args.insecure,
     )
-    server = MasterServer(config, args.host, args.port, args.http_port)
+    server = MasterServer(config, args.host, args.port, args.http_port, token_port=args.token_port)
     try:
         await server.start()
-    except (RolesConfigError, RegistryError, OSError) as e:
+    except (RolesConfigError, RegistryError, MesoliteError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         await server.stop()
         return 2
     if server.master is not None:
-        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, server.master.reload_roles)
+        master = server.master
+
+        def reload() -> None:
+            master.reload_roles()
+            server.authn.reload()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
     try:
-        print(
-            f"mesolite master {server.master.master_id if server.master else ''} "
-            f"is listening on {server.grpc_address} (HTTP {server.http_address})\n"
-            f"  join an agent:       mesolite agent --master {server.grpc_address} "
-            '--resources "cpus:4;mem:8192" --work-dir work-dirs/agent1\n'
-            f"  run a framework:     python examples/batch_framework.py --master "
-            f"{server.grpc_address} --name batch --cpus 1 --mem 512 --duration 5 --tasks 10\n"
-            f"  look at the cluster: mesolite state --master {server.http_address}\n"
-            f"  web UI:              http://{server.http_address}/",
-            flush=True,
-        )
+        print(_next_steps(server, args.tls_dir), flush=True)
         await _until_signalled()
     finally:
         await server.stop()
     return 0
+
+
+def _master_tls(args: argparse.Namespace) -> TlsConfig | None:
+    """From the flags only: a shell's MESOLITE_TLS_DIR is a client's bundle."""
+    tls = tls_options.tls_config(args)
+    if tls is not None and not tls.has_certificate:
+        raise TlsError("the master needs its certificate and key (tls.crt, tls.key)")
+    return tls
+
+
+def _next_steps(server: MasterServer, tls_dir: Path | None) -> str:
+    """What to type next: the commands to join an agent, run a framework and look."""
+    grpc, http = server.grpc_address, server.http_address
+    agent_tls = framework_tls = admin_tls = ""
+    if tls_dir is not None:
+        # Bundles made by `certs init` sit beside the master's.
+        agent_tls = f" --tls-dir {tls_dir.parent / 'agent'}"
+        framework_tls = f" --tls-dir {tls_dir.parent / 'framework'}"
+        admin_tls = f" --tls-dir {tls_dir.parent / 'admin'}"
+    elif server.config.tls is not None:
+        agent_tls = framework_tls = admin_tls = " --tls-dir DIR"
+    master_id = server.master.master_id if server.master else ""
+    if server.config.tls is None:
+        security = "INSECURE: " if server.config.insecure else ""
+        security += "no TLS, no authentication"
+    else:
+        security = "TLS, every call authenticated"
+        if server.token_port:
+            security += f"; bearer tokens on gRPC port {server.token_port}"
+    return (
+        f"mesolite master {master_id} is listening on {grpc} (HTTP {http}; {security})\n"
+        f"  join an agent:       mesolite agent --master {grpc}{agent_tls} "
+        '--resources "cpus:4;mem:8192" --work-dir work-dirs/agent1\n'
+        f"  run a framework:     python examples/batch_framework.py --master "
+        f"{grpc}{framework_tls} --name batch --cpus 1 --mem 512 --duration 5 --tasks 10\n"
+        f"  look at the cluster: mesolite state --master {http}{admin_tls}\n"
+        f"  web UI:              {server.http_url}/"
+    )
 
 
 async def _run_agent(args: argparse.Namespace) -> int:
@@ -334,6 +483,11 @@ async def _run_agent(args: argparse.Namespace) -> int:
     from mesolite.agent.resources import detect_resources
     from mesolite.agent.sandbox_http import SandboxServer, host_towards
 
+    try:
+        auth = tls_options.client_auth(args)
+    except TlsError as e:
+        print(f"mesolite agent: {e}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     given: Resources
     named: set[str]
@@ -345,22 +499,38 @@ async def _run_agent(args: argparse.Namespace) -> int:
     towards_master = await asyncio.to_thread(host_towards, args.master)
     host = args.http_host or towards_master
     wildcard = host in ("0.0.0.0", "::")
-    sandboxes = SandboxServer(
-        args.work_dir, host, args.http_port, advertise_host=towards_master if wildcard else None
-    )
-    try:
-        await sandboxes.start()
-    except OSError as e:
-        print(f"mesolite agent: cannot serve task sandboxes on {host}: {e}", file=sys.stderr)
-        return 2
+    if auth.tls is not None and not auth.tls.has_certificate:
+        # HTTPS needs a certificate: an agent with only a token serves no sandboxes.
+        print(
+            "mesolite agent: no certificate in the TLS bundle: task sandboxes are not served",
+            file=sys.stderr,
+        )
+        sandboxes = None
+    else:
+        sandboxes = SandboxServer(
+            args.work_dir,
+            host,
+            args.http_port,
+            advertise_host=towards_master if wildcard else None,
+            tls=auth.tls,
+            readers=(args.master_principal,),
+            insecure=args.insecure,
+        )
+        try:
+            await sandboxes.start()
+        except (OSError, MesoliteError) as e:
+            print(f"mesolite agent: cannot serve task sandboxes on {host}: {e}", file=sys.stderr)
+            return 2
     try:
         agent = Agent(
             AgentConfig(
                 args.master,
                 resources,
                 args.work_dir,
-                address=sandboxes.address,
+                address=sandboxes.address if sandboxes else "",
                 attributes=args.attributes,
+                tls=auth.tls,
+                token=auth.token,
                 **({"hostname": args.hostname} if args.hostname else {}),
             )
         )
@@ -375,8 +545,52 @@ async def _run_agent(args: argparse.Namespace) -> int:
             signalled.cancel()
         await runner  # re-raises a registration error
     finally:
-        await sandboxes.stop()
+        if sandboxes is not None:
+            await sandboxes.stop()
     return 0
+
+
+def _certs(args: argparse.Namespace) -> int:
+    """`mesolite certs init|issue|token`: write certificates, say what was written and how
+    to use it."""
+    from mesolite import certs
+
+    try:
+        if args.certs == "init":
+            issued = certs.init_cluster(
+                args.dir,
+                principals=args.principal or certs.DEFAULT_PRINCIPALS,
+                hosts=args.host,
+                agent_hosts=args.agent_host,
+                tokens=args.token,
+                days=args.days,
+            )
+            _print_bundles(args.dir, issued.bundles, issued.credentials)
+        elif args.certs == "issue":
+            bundle = certs.issue(args.dir, args.name, hosts=args.host, days=args.days)
+            print(f"{bundle}: ca.crt, tls.crt, tls.key (principal {args.name!r})")
+        else:
+            written = certs.add_tokens(args.dir, [args.name])
+            print(f"{args.dir / args.name}/token (principal {args.name!r}); its hash: {written}")
+    except (MesoliteError, OSError) as e:
+        print(f"mesolite certs: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _print_bundles(directory: Path, bundles: dict[str, Path], credentials: Path | None) -> None:
+    print(f"CA: {directory}/ca.crt (its key {directory}/ca.key stays off the cluster)")
+    for name, bundle in bundles.items():
+        print(f"  {name:<12} {bundle}/   (principal {name!r})")
+    if credentials is not None:
+        print(f"  tokens       {credentials} (for the master), each in DIR/<name>/token")
+    tokens = f" --credentials {credentials} --token-port 5052" if credentials else ""
+    print(
+        "then:\n"
+        f"  mesolite master --tls-dir {bundles['master']}{tokens}\n"
+        f"  mesolite agent --master 127.0.0.1:5050 --tls-dir {bundles['agent']}\n"
+        f"  mesolite state --master 127.0.0.1:5051 --tls-dir {directory}/admin"
+    )
 
 
 async def _run_demo(args: argparse.Namespace) -> int:
@@ -405,21 +619,35 @@ class MasterUnreachable(MesoliteError):
     """The master's `GET /state` could not be read; the message says why and what to do."""
 
 
-def _fetch_state(address: str) -> ClusterSnapshot:
-    url = address if address.startswith(("http://", "https://")) else f"http://{address}"
+def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
+    scheme = "https" if auth.tls else "http"
+    url = address if address.startswith(("http://", "https://")) else f"{scheme}://{address}"
     not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
+    context: ssl.SSLContext | None = None
+    request = urllib.request.Request(f"{url}/state")
+    if auth.tls is not None:
+        context = auth.tls.client_context()
+    if auth.token is not None:
+        request.add_header("Authorization", f"Bearer {auth.token}")
     try:
-        with urllib.request.urlopen(f"{url}/state", timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
             data = json.load(response)
     except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise MasterUnreachable(
+                f"{url}/state answered 401: the master wants a principal. Give --tls-dir "
+                "(a bundle from `mesolite certs init`), or a token with --token-file"
+            ) from None
         raise MasterUnreachable(
             f"{url}/state answered {e.code} {e.reason}: {not_a_master}"
         ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        tls_hint = "" if auth.tls else " If it uses TLS, give --tls-dir (or MESOLITE_TLS_DIR)."
         raise MasterUnreachable(
             f"cannot reach the master at {address}: {reason}. Is it running? "
             "Start one with `mesolite master`, or give its address with --master HOST:HTTP_PORT."
+            + tls_hint
         ) from None
     except ValueError:  # not JSON, or not UTF-8
         raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
@@ -442,11 +670,16 @@ def _console() -> Console:
 def _show(args: argparse.Namespace) -> int:
     """`mesolite state|agents|frameworks|roles|tasks`: fetch /state and print one view."""
     view = VIEWS[args.command]
+    try:
+        args.auth = tls_options.client_auth(args)
+    except TlsError as e:
+        print(f"mesolite {args.command}: {e}", file=sys.stderr)
+        return 2
     if args.watch is not None:
         return _watch(view, args)
     try:
         with Console(stderr=True).status(f"reading the state of {args.master}"):
-            state = _fetch_state(args.master)
+            state = _fetch_state(args.master, args.auth)
     except MasterUnreachable as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
@@ -477,7 +710,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
 
     def frame() -> RenderableType:
         try:
-            state = _fetch_state(args.master)
+            state = _fetch_state(args.master, args.auth)
         except MasterUnreachable as e:
             return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
         footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
@@ -487,7 +720,8 @@ def _watch(view: View, args: argparse.Namespace) -> int:
         if args.json:
             while True:
                 try:
-                    print(json.dumps(view.json_of(_fetch_state(args.master))), flush=True)
+                    state = _fetch_state(args.master, args.auth)
+                    print(json.dumps(view.json_of(state)), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
                 time.sleep(every)

@@ -20,6 +20,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store, VerificationError
 
 from mesolite import certs, credentials, tls_options
+from mesolite.cli import main
 from mesolite.tls import (
     TlsConfig,
     TlsError,
@@ -123,6 +124,23 @@ def test_issue_adds_a_principal_from_the_same_ca(cluster_certs: Path) -> None:
     assert "10.1.2.3" in {str(ip) for ip in san.value.get_values_for_type(x509.IPAddress)}
     with pytest.raises(certs.CertificateError, match="already holds"):
         certs.issue(cluster_certs, "agent-2")
+
+
+def test_certs_init_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["certs", "init", str(tmp_path / "c"), "--principal", "team-a", "--token", "ci"])
+    assert code == 0
+    assert {p.name for p in (tmp_path / "c").iterdir()} == {
+        "ca.crt",
+        "ca.key",
+        "credentials",
+        "master",
+        "agent",
+        "team-a",
+        "ci",
+    }
+    assert "mesolite master --tls-dir" in capsys.readouterr().out
+    assert main(["certs", "init", str(tmp_path / "c")]) == 2
+    assert "already holds a CA" in capsys.readouterr().err
 
 
 # A real handshake, in memory ----------------------------------------------------------
