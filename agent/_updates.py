@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from mesolite.backoff import Backoff
-from mesolite.model import TaskStatus
+from mesolite.model import TaskState, TaskStatus
 
 _Key = tuple[str, str]  # (framework_id, task_id)
 
@@ -73,6 +73,11 @@ class StatusUpdates:
                 stream.next_send = now + self._retry.delay(stream.sends, self._random)
                 stream.sends += 1
         return due
+
+    def latest_state(self, status: TaskStatus) -> TaskState:
+        """The state of the newest update queued for `status`'s task."""
+        stream = self._streams.get((status.framework_id, status.task_id))
+        return stream.updates[-1].state if stream and stream.updates else status.state
 
     def next_due(self) -> float | None:
         """When `take_due` next has something to return; None if nothing is pending."""

@@ -12,7 +12,7 @@ from mesolite import convert
 from mesolite.agent_messages import AcknowledgeUpdate as Acknowledge
 from mesolite.agent_messages import AgentRegistered as Registered
 from mesolite.agent_messages import KillTask, LaunchTask
-from mesolite.model import RunningTask, TaskStatus
+from mesolite.model import RunningTask, TaskState, TaskStatus
 from mesolite.resources import InvalidResources, Resources
 from mesolite.v1 import agent_pb2
 
@@ -88,7 +88,10 @@ def heartbeat_call() -> agent_pb2.AgentCall:
     return agent_pb2.AgentCall(heartbeat=agent_pb2.AgentCall.Heartbeat())
 
 
-def status_update_call(status: TaskStatus) -> agent_pb2.AgentCall:
+def status_update_call(status: TaskStatus, latest_state: TaskState) -> agent_pb2.AgentCall:
     return agent_pb2.AgentCall(
-        status_update=agent_pb2.AgentCall.StatusUpdate(status=convert.status_to_proto(status))
+        status_update=agent_pb2.AgentCall.StatusUpdate(
+            status=convert.status_to_proto(status),
+            latest_state=convert.task_state_to_proto(latest_state),
+        )
     )

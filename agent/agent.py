@@ -600,7 +600,8 @@ class Agent:
                     update_id=status.update_id,
                     state=status.state.value,
                 )
-                await outbox.put(wire.status_update_call(status))
+                latest = self._updates.latest_state(status)
+                await outbox.put(wire.status_update_call(status, latest))
             next_due = self._updates.next_due()
             timeout = None if next_due is None else max(0.0, next_due - loop.time())
             # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation

@@ -53,8 +53,20 @@ _REJECTED = frozenset(
 )
 # The master or the network is away for now. A master that shuts down cancels its
 # streams, so CANCELLED seen from this side (never our own cancel) counts as transient.
+# The master never ends a stream with INTERNAL or UNKNOWN on purpose, but gRPC reports a
+# broken connection so: a call being written as the master dies fails inside gRPC core,
+# which sets the stream's status to INTERNAL ("Internal error from Core") in place of
+# UNAVAILABLE; some versions say UNKNOWN ("Stream removed", grpc/grpc#34076). Taken as
+# fatal, one master crash ended a framework for good (fault injection, seed 178). Were
+# the master ever to mean a rejection by them, the next subscription hears it again.
 _TRANSIENT = frozenset(
-    {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED}
+    {
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.UNKNOWN,
+    }
 )
 # Missing this many heartbeats in a row means the master is gone, even if TCP says not.
 _MISSED_HEARTBEATS = 3
@@ -145,7 +157,8 @@ class Framework:
         `teardown()`. Reconnects whenever the stream fails for a transient reason.
 
         Raises `FrameworkRejected` when the master refuses the subscription and `RpcError`
-        for any other non-transient gRPC status.
+        for any other non-transient gRPC status (one that no broken connection or master
+        crash produces, such as UNIMPLEMENTED from something that is not a master).
         """
         if self._run_task is not None:
             raise MesoliteError("run() is already running")

@@ -60,7 +60,9 @@ class Stream:
         Raises `StreamLost` when the master ends the stream or sends nothing for `silence`
         seconds, and `grpc.aio.AioRpcError` when the stream ends with an error status.
         A failed write is not reported here: the stream's status reaches the reads too,
-        and only they can tell a rejection apart from a transient failure.
+        and only they can tell a rejection apart from a transient failure. (A write that
+        fails inside gRPC core as the connection breaks leaves the status INTERNAL, not
+        UNAVAILABLE: `_framework._TRANSIENT` counts both.)
         """
         if self._read is None:
             self._read = asyncio.ensure_future(self._call.read())

@@ -15,6 +15,7 @@ from typing import Any
 
 from mesolite.master import messages as msg
 from mesolite.master import validation
+from mesolite.master.acl import Action
 from mesolite.master.core import MasterCore, checked, log, with_agent
 from mesolite.master.effects import Peer
 from mesolite.master.errors import Refusal, RegistrationRefused
@@ -42,18 +43,9 @@ class AgentHandling(MasterCore):
         outbox: Peer[msg.AgentMessage],
         principal: str | None = None,
     ) -> str:
-        if problem := validation.agent_registration_problem(agent_id, total, running):
-            raise RegistrationRefused(Refusal.INVALID, problem)
-        if agent_id in self.removed_agents:
-            raise RegistrationRefused(
-                Refusal.PRECONDITION,
-                f"agent {agent_id} was removed from the cluster; register as a new agent",
-            )
-        if agent_id and agent_id not in self.agents and agent_id not in self.recovering_agents:
-            raise RegistrationRefused(
-                Refusal.PRECONDITION,
-                f"agent {agent_id} is not known to this master; register as a new agent",
-            )
+        """`principal`: who is on the other end, from the connection (None without
+        authentication). Everything is checked before anything changes."""
+        self._check_registration(agent_id, hostname, total, attributes, running, principal)
         now = self._clock()
         kills: list[msg.KillTask] = []  # sent after `Registered` (rule 3)
         if agent_id in self.agents:
@@ -64,12 +56,80 @@ class AgentHandling(MasterCore):
         else:
             agent_id = self._new_id("S")
             self._add_agent(agent_id, hostname, address, total, attributes, outbox, now, principal)
-            log.info("agent registered", agent_id=agent_id, hostname=hostname, resources=str(total))
+            log.info(
+                "agent registered",
+                agent_id=agent_id,
+                hostname=hostname,
+                resources=str(total),
+                principal=principal,
+            )
         outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
         for kill in kills:
             outbox.send(kill)
         self.request_allocation()
         return agent_id
+
+    def _check_registration(
+        self,
+        agent_id: str,
+        hostname: str,
+        total: Resources,
+        attributes: dict[str, str],
+        running: Sequence[RunningTask],
+        principal: str | None,
+    ) -> None:
+        """Raise `RegistrationRefused` for a registration the master must not apply."""
+        problem = validation.agent_registration_problem(
+            agent_id, total, running
+        ) or validation.agent_info_problem(hostname, attributes)
+        if problem:
+            raise RegistrationRefused(Refusal.INVALID, problem)
+        if not self.authorized(Action.REGISTER_AGENTS, principal):
+            raise RegistrationRefused(
+                Refusal.FORBIDDEN, f"principal {principal!r} may not register agents"
+            )
+        if agent_id in self.removed_agents:
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"agent {agent_id} was removed from the cluster; register as a new agent",
+            )
+        known = self.agents.get(agent_id)
+        if agent_id and known is None and agent_id not in self.recovering_agents:
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"agent {agent_id} is not known to this master; register as a new agent",
+            )
+        if not agent_id:
+            if len(self.agents) + len(self.recovering_agents) >= self.config.max_agents:
+                raise RegistrationRefused(
+                    Refusal.PRECONDITION,
+                    f"this master has {self.config.max_agents} agents, its maximum",
+                )
+            return
+        owner = known.principal if known else self.recovering_principals.get(agent_id)
+        if owner != principal:
+            log.warning(
+                "registration with another principal's agent id refused",
+                agent_id=agent_id,
+                principal=principal,
+                owner=owner,
+            )
+            raise RegistrationRefused(
+                Refusal.FORBIDDEN, f"agent {agent_id} belongs to another principal"
+            )
+        capacity = known.total if known else total
+        if problem := validation.reported_tasks_problem(
+            agent_id, running, self._placed_on, capacity
+        ):
+            raise RegistrationRefused(Refusal.INVALID, problem)
+
+    def _placed_on(self, framework_id: str, task_id: str) -> str | None:
+        """The agent this master placed a task on, if it knows the task."""
+        framework = self.frameworks.get(framework_id)
+        task = framework.tasks.get(task_id) if framework else None
+        if task is not None:
+            return task.agent_id
+        return self.recovering_placements.get((framework_id, task_id))
 
     def _reregister_known(
         self,
@@ -82,6 +142,8 @@ class AgentHandling(MasterCore):
         """An agent this master already has connects again; returns the kills it owes."""
         if agent.outbox is not None:
             agent.outbox.close("the agent connected again")
+        # Its offers go: what it runs may differ from what the master thought.
+        self._rescind_agent_offers(agent.agent_id)
         agent.outbox = outbox
         agent.address = address
         agent.last_seen = now
@@ -127,9 +189,9 @@ class AgentHandling(MasterCore):
         attributes: dict[str, str],
         outbox: Peer[msg.AgentMessage],
         now: float,
-        principal: str | None = None,
+        principal: str | None,
     ) -> None:
-        self.registry.admit_agent(agent_id, hostname, total, self._wall_clock())
+        self.registry.admit_agent(agent_id, hostname, total, self._wall_clock(), principal)
         self.agents[agent_id] = AgentRecord(
             agent_id,
             hostname,
@@ -148,7 +210,7 @@ class AgentHandling(MasterCore):
         self, agent: AgentRecord, running: Sequence[RunningTask]
     ) -> list[msg.KillTask]:
         """An agent the registry knows comes back after a master restart (rule 2)."""
-        expected = self.recovering_agents.pop(agent.agent_id)
+        expected = self._stop_recovering(agent.agent_id)
         if not self.recovering_agents and self._recovery_timer is not None:
             self._recovery_timer.cancel()
         for rt in running:

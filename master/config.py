@@ -26,6 +26,12 @@ class MasterConfig:
     work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
     seed: int = 0
+    # Authorization (master/acl.py); None: every principal may do everything.
+    acls_file: Path | None = None
+    # Bounds on what clients create (each refusal says which was reached).
+    max_frameworks: int = 1000
+    max_agents: int = 10_000
+    max_roles: int = 1000  # roles frameworks may create by subscribing
     # TLS on both ports, and with it authentication of every call (master/authn.py).
     tls: TlsConfig | None = None
     credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)

@@ -40,6 +40,7 @@ import structlog
 
 from mesolite.master import invariants
 from mesolite.master import messages as msg
+from mesolite.master.acl import AclError, Acls, Action, load_acls
 from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
@@ -96,6 +97,8 @@ class MasterCore(abc.ABC):
             load_roles(config.roles_file) if config.roles_file else RolesConfig.default()
         )
         self._steady_shares: dict[str, Resources] | None = None
+        # Raises AclError for a bad file, for the same reason. None: no authorization.
+        self.acls: Acls | None = load_acls(config.acls_file) if config.acls_file else None
         self.agents: dict[str, AgentRecord] = {}
         self.removed_agents: set[str] = set()
         self.frameworks: dict[str, FrameworkRecord] = {}
@@ -106,6 +109,9 @@ class MasterCore(abc.ABC):
         self.invariant_violations: list[str] = []
         # Agents the registry lists that have not re-registered since the restart.
         self.recovering_agents: dict[str, list[TaskEntry]] = {}
+        self.recovering_principals: dict[str, str | None] = {}  # who registered each
+        # (framework id, task id) -> agent id, for the tasks of those agents.
+        self.recovering_placements: dict[tuple[str, str], str] = {}
         self._recovery_timer: Cancellable | None = None
         self.started_at = wall_clock()
         self._ids = itertools.count(1)
@@ -142,6 +148,25 @@ class MasterCore(abc.ABC):
         return problems
 
     # Shared by every concern -------------------------------------------------
+
+    def authorized(self, action: Action, principal: str | None, obj: str | None = None) -> bool:
+        """Whether the ACLs let `principal` do `action` (on `obj`); all is allowed without."""
+        allowed = self.acls is None or self.acls.allows(action, principal, obj)
+        if not allowed:
+            log.warning("not authorized", action=action.value, principal=principal, object=obj)
+        return allowed
+
+    def reload_acls(self) -> bool:
+        """Read the ACL file again (on SIGHUP); an invalid file changes nothing."""
+        if self.config.acls_file is None:
+            return False
+        try:
+            self.acls = load_acls(self.config.acls_file)
+        except AclError as e:
+            log.error("ACL file rejected; the previous ACLs stay", reason=str(e))
+            return False
+        log.info("ACLs reloaded", file=str(self.config.acls_file))
+        return True
 
     def _framework(self, framework_id: str) -> FrameworkRecord:
         """A live framework, for a call made on its behalf."""
@@ -202,6 +227,10 @@ class MasterCore(abc.ABC):
 
     @abc.abstractmethod
     def _tasks_expected(self, framework_id: str) -> bool:
+        """master/recovery.py"""
+
+    @abc.abstractmethod
+    def _stop_recovering(self, agent_id: str) -> list[TaskEntry]:
         """master/recovery.py"""
 
     @abc.abstractmethod

@@ -21,6 +21,7 @@ class Refusal(enum.Enum):
     INVALID = "invalid"  # the request itself is wrong
     NOT_FOUND = "not found"  # it names something this master does not know
     PRECONDITION = "precondition"  # valid, but not now (say, an agent that was removed)
+    FORBIDDEN = "forbidden"  # not for this principal (the ACLs, or another's id)
 
 
 class CallRejected(MasterError):

@@ -13,6 +13,7 @@ from typing import Any
 
 from mesolite.master import messages as msg
 from mesolite.master import validation
+from mesolite.master.acl import Action
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.effects import Peer
 from mesolite.master.errors import Refusal, RegistrationRefused
@@ -32,34 +33,83 @@ class FrameworkHandling(MasterCore):
         outbox: Peer[msg.FrameworkMessage],
         principal: str | None = None,
     ) -> str:
+        """`principal`: who is on the other end, from the connection (None without
+        authentication). A new framework id belongs to it; only it may re-subscribe."""
         role = info.role or DEFAULT_ROLE
         info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id)
         if problem := validation.framework_info_problem(info):
             raise RegistrationRefused(Refusal.INVALID, problem)
+        if not self.authorized(Action.REGISTER_FRAMEWORKS, principal, role):
+            raise RegistrationRefused(
+                Refusal.FORBIDDEN,
+                f"principal {principal!r} may not register frameworks in role {role!r}",
+            )
         if info.framework_id:
-            return self._resubscribe(info, outbox)
+            return self._resubscribe(info, outbox, principal)
+        if len(self.frameworks) >= self.config.max_frameworks:
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"this master has {len(self.frameworks)} frameworks, its maximum",
+            )
+        roles = self.allocator.roles
+        if not roles.has_role(role) and len(roles.role_paths()) >= self.config.max_roles:
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"role {role!r} would be created, but this master has "
+                f"{self.config.max_roles} roles, its maximum",
+            )
         framework_id = self._new_id("F")
         framework = FrameworkRecord(
             framework_id, info, outbox, registered_at=self._wall_clock(), principal=principal
         )
-        self.registry.add_framework(
-            FrameworkEntry(
-                framework_id, info.name, role, info.failover_timeout, framework.registered_at
-            )
-        )
+        self.registry.add_framework(self._registry_entry(framework))
         self.frameworks[framework_id] = framework
         if self.allocator.add_framework(framework_id, role):
             log.info("role created on first use", role=role, weight=1.0)
-        log.info("framework subscribed", framework_id=framework_id, name=info.name, role=role)
+        log.info(
+            "framework subscribed",
+            framework_id=framework_id,
+            name=info.name,
+            role=role,
+            principal=principal,
+        )
         outbox.send(msg.Subscribed(framework_id, self.config.framework_heartbeat_interval))
         self.request_allocation()
         return framework_id
 
-    def _resubscribe(self, info: FrameworkInfo, outbox: Peer[msg.FrameworkMessage]) -> str:
+    @staticmethod
+    def _registry_entry(framework: FrameworkRecord) -> FrameworkEntry:
+        info = framework.info
+        return FrameworkEntry(
+            framework.framework_id,
+            info.name,
+            info.role,
+            info.failover_timeout,
+            framework.registered_at,
+            framework.removing,
+            framework.principal,
+        )
+
+    def _resubscribe(
+        self, info: FrameworkInfo, outbox: Peer[msg.FrameworkMessage], principal: str | None
+    ) -> str:
         framework = self.frameworks.get(info.framework_id)
         if framework is None or framework.removing:
             raise RegistrationRefused(
                 Refusal.NOT_FOUND, f"framework {info.framework_id} is not known to this master"
+            )
+        if framework.principal != principal:
+            # As Mesos: a framework's principal may not change. Checked before the
+            # role, so a stranger learns nothing about the framework.
+            log.warning(
+                "re-subscription by another principal refused",
+                framework_id=framework.framework_id,
+                principal=principal,
+                owner=framework.principal,
+            )
+            raise RegistrationRefused(
+                Refusal.FORBIDDEN,
+                f"framework {info.framework_id} belongs to another principal",
             )
         if framework.info.role != info.role:
             raise RegistrationRefused(
@@ -74,16 +124,8 @@ class FrameworkHandling(MasterCore):
             framework.failover_timer.cancel()
             framework.failover_timer = None
         if framework.info != info:
-            self.registry.add_framework(
-                FrameworkEntry(
-                    framework.framework_id,
-                    info.name,
-                    info.role,
-                    info.failover_timeout,
-                    framework.registered_at,
-                )
-            )
-        framework.info = info
+            framework.info = info
+            self.registry.add_framework(self._registry_entry(framework))
         framework.outbox = outbox
         framework.disconnected_at = None
         framework.suppressed = False

@@ -73,7 +73,7 @@ class OfferHandling(MasterCore):
         offers = self._own_offers(framework, offer_ids)
         agent_ids = {o.offer.agent_id for o in offers}
         if len(agent_ids) != 1:
-            raise CallRejected(f"offers {list(offer_ids)} span several agents {sorted(agent_ids)}")
+            raise CallRejected(f"the offers span {len(agent_ids)} agents; accept one agent's")
         agent_id = agent_ids.pop()
         agent = self.agents[agent_id]
         offered = sum((o.offer.resources for o in offers), EMPTY)
@@ -84,9 +84,7 @@ class OfferHandling(MasterCore):
         refuse = validation.refuse_seconds(refuse_seconds)
         wanted = validation.resources_of(tasks)
         if not offered.contains(wanted):
-            raise CallRejected(
-                f"tasks need {wanted} but offers {list(offer_ids)} hold only {offered}"
-            )
+            raise CallRejected(f"tasks need {wanted} but the offers hold only {offered}")
         if agent.outbox is None:
             raise CallRejected(f"agent {agent_id} is disconnected")
 
@@ -146,14 +144,16 @@ class OfferHandling(MasterCore):
     ) -> list[OfferRecord]:
         if not offer_ids:
             raise CallRejected("no offer ids given")
+        if problem := validation.ids_problem("offer ids", offer_ids):
+            raise CallRejected(problem)
         if len(set(offer_ids)) != len(offer_ids):
-            raise CallRejected(f"offer ids repeat: {list(offer_ids)}")
+            raise CallRejected("offer ids repeat")
         found = []
         for offer_id in offer_ids:
             o = self.offers.get(offer_id)
             if o is None or o.offer.framework_id != framework.framework_id:
                 raise CallRejected(
-                    f"offer {offer_id} is not outstanding for this framework "
+                    f"offer {validation.clip(offer_id)} is not outstanding for this framework "
                     "(unknown, rescinded or already used)"
                 )
             found.append(o)

@@ -45,6 +45,7 @@ Let W be `agent_reregister_timeout`, counted from the master's start.
 from __future__ import annotations
 
 from mesolite.master.core import MasterCore, checked, log
+from mesolite.master.registry import TaskEntry
 from mesolite.master.state import FrameworkRecord
 from mesolite.model import (
     FrameworkInfo,
@@ -66,8 +67,10 @@ class RecoveryHandling(MasterCore):
                 self.removed_agents.add(agent.agent_id)
             else:
                 self.recovering_agents[agent.agent_id] = []
+                self.recovering_principals[agent.agent_id] = agent.principal
         for task in self.registry.tasks():
             self.recovering_agents.setdefault(task.agent_id, []).append(task)
+            self.recovering_placements[(task.framework_id, task.task.task_id)] = task.agent_id
         if self.recovering_agents:
             self._recovery_timer = self._timers.call_later(window, self._recovery_expired)
         for entry in self.registry.frameworks():
@@ -79,6 +82,7 @@ class RecoveryHandling(MasterCore):
                 registered_at=entry.registered_at,
                 disconnected_at=now,
                 removing=entry.removing,
+                principal=entry.principal,
             )
             self.frameworks[entry.framework_id] = framework
             self.allocator.add_framework(entry.framework_id, entry.role, connected=False)
@@ -98,6 +102,14 @@ class RecoveryHandling(MasterCore):
             if framework.removing and not self._tasks_expected(framework.framework_id):
                 self._forget_if_done(framework)
 
+    def _stop_recovering(self, agent_id: str) -> list[TaskEntry]:
+        """The agent is back, or will not be: the tasks the registry placed on it."""
+        tasks = self.recovering_agents.pop(agent_id)
+        self.recovering_principals.pop(agent_id, None)
+        for entry in tasks:
+            self.recovering_placements.pop((entry.framework_id, entry.task.task_id), None)
+        return tasks
+
     def _tasks_expected(self, framework_id: str) -> bool:
         """Whether an agent still re-registering was given a task of this framework."""
         return any(
@@ -109,8 +121,8 @@ class RecoveryHandling(MasterCore):
     @checked
     def _recovery_expired(self) -> None:
         """Agents that did not come back are removed; their tasks are lost."""
-        for agent_id, tasks in list(self.recovering_agents.items()):
-            del self.recovering_agents[agent_id]
+        for agent_id in list(self.recovering_agents):
+            tasks = self._stop_recovering(agent_id)
             self.registry.remove_agent(agent_id, self._wall_clock())
             self.removed_agents.add(agent_id)
             for entry in tasks:

@@ -33,7 +33,8 @@ from mesolite.resources import Resources
 
 # Version 1: the first registry (frameworks, agents, tasks).
 # Version 2: frameworks.removing: torn down, its tasks still being killed.
-SCHEMA_VERSION = 2
+# Version 3: frameworks.principal and agents.principal: who owns each id.
+SCHEMA_VERSION = 3
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS frameworks (
@@ -42,14 +43,16 @@ CREATE TABLE IF NOT EXISTS frameworks (
     role TEXT NOT NULL,
     failover_timeout REAL NOT NULL,
     registered_at REAL NOT NULL,
-    removing INTEGER NOT NULL DEFAULT 0
+    removing INTEGER NOT NULL DEFAULT 0,
+    principal TEXT
 );
 CREATE TABLE IF NOT EXISTS agents (
     agent_id TEXT PRIMARY KEY,
     hostname TEXT NOT NULL,
     total TEXT NOT NULL,
     state TEXT NOT NULL CHECK (state IN ('admitted', 'removed')),
-    changed_at REAL NOT NULL
+    changed_at REAL NOT NULL,
+    principal TEXT
 );
 CREATE TABLE IF NOT EXISTS tasks (
     framework_id TEXT NOT NULL,
@@ -72,6 +75,7 @@ class FrameworkEntry:
     registered_at: float
     # Torn down before the restart; its tasks are killed when their agents return.
     removing: bool = False
+    principal: str | None = None  # who subscribed it (None: no authentication)
 
 
 class RegistryError(MasterError):
@@ -84,6 +88,7 @@ class AgentEntry:
     hostname: str
     total: Resources
     removed: bool
+    principal: str | None = None  # who registered it (None: no authentication)
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +133,9 @@ class Registry:
                 self._db.execute(
                     "ALTER TABLE frameworks ADD COLUMN removing INTEGER NOT NULL DEFAULT 0"
                 )
+            if version < 3:
+                self._db.execute("ALTER TABLE frameworks ADD COLUMN principal TEXT")
+                self._db.execute("ALTER TABLE agents ADD COLUMN principal TEXT")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @property
@@ -142,7 +150,7 @@ class Registry:
 
     def add_framework(self, entry: FrameworkEntry) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO frameworks VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO frameworks VALUES (?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.framework_id,
                 entry.name,
@@ -150,6 +158,7 @@ class Registry:
                 entry.failover_timeout,
                 entry.registered_at,
                 int(entry.removing),
+                entry.principal,
             ),
         )
 
@@ -167,20 +176,29 @@ class Registry:
 
     def frameworks(self) -> list[FrameworkEntry]:
         rows = self._db.execute(
-            "SELECT framework_id, name, role, failover_timeout, registered_at, removing "
-            "FROM frameworks ORDER BY registered_at"
+            "SELECT framework_id, name, role, failover_timeout, registered_at, removing, "
+            "principal FROM frameworks ORDER BY registered_at"
         ).fetchall()
         return [
-            FrameworkEntry(framework_id, name, role, failover, registered_at, bool(removing))
-            for framework_id, name, role, failover, registered_at, removing in rows
+            FrameworkEntry(
+                framework_id, name, role, failover, registered_at, bool(removing), principal
+            )
+            for framework_id, name, role, failover, registered_at, removing, principal in rows
         ]
 
     # Agents ----------------------------------------------------------------
 
-    def admit_agent(self, agent_id: str, hostname: str, total: Resources, now: float) -> None:
+    def admit_agent(
+        self,
+        agent_id: str,
+        hostname: str,
+        total: Resources,
+        now: float,
+        principal: str | None = None,
+    ) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO agents VALUES (?, ?, ?, 'admitted', ?)",
-            (agent_id, hostname, json.dumps(total.to_dict()), now),
+            "INSERT OR REPLACE INTO agents VALUES (?, ?, ?, 'admitted', ?, ?)",
+            (agent_id, hostname, json.dumps(total.to_dict()), now, principal),
         )
 
     def remove_agent(self, agent_id: str, now: float) -> None:
@@ -194,10 +212,14 @@ class Registry:
             self._db.execute("DELETE FROM tasks WHERE agent_id = ?", (agent_id,))
 
     def agents(self) -> list[AgentEntry]:
-        rows = self._db.execute("SELECT agent_id, hostname, total, state FROM agents").fetchall()
+        rows = self._db.execute(
+            "SELECT agent_id, hostname, total, state, principal FROM agents"
+        ).fetchall()
         return [
-            AgentEntry(agent_id, hostname, Resources(json.loads(total)), state == "removed")
-            for agent_id, hostname, total, state in rows
+            AgentEntry(
+                agent_id, hostname, Resources(json.loads(total)), state == "removed", principal
+            )
+            for agent_id, hostname, total, state, principal in rows
         ]
 
     # Tasks -----------------------------------------------------------------

@@ -45,6 +45,7 @@ _STATUS_OF = {
     Refusal.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     Refusal.PRECONDITION: grpc.StatusCode.FAILED_PRECONDITION,
+    Refusal.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,
 }
 
 
@@ -242,12 +243,18 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             if kind == "heartbeat":
                 self._master.agent_heartbeat(agent_id)
             elif kind == "status_update":
+                update = call.status_update
                 try:
-                    status = convert.status_from_proto(call.status_update.status)
+                    status = convert.status_from_proto(update.status)
+                    latest = (
+                        convert.task_state_from_proto(update.latest_state)
+                        if update.latest_state
+                        else None
+                    )
                 except ValueError as e:
                     log.warning("bad status update", agent_id=agent_id, reason=str(e))
                     return
-                self._master.status_update(agent_id, status)
+                self._master.status_update(agent_id, status, latest)
             else:
                 log.warning("unexpected agent call", agent_id=agent_id, call=kind)
 

@@ -24,6 +24,10 @@ class TaskRecord:
     state: TaskState = TaskState.STAGING
     status: TaskStatus | None = None
     applied_updates: set[str] = field(default_factory=set)
+    # Ended (its resources given back) on an agent's word that a terminal update
+    # is queued behind the ones the framework has not acknowledged yet; those
+    # updates, the terminal one last, are still forwarded when they come.
+    end_pending: bool = False
 
 
 @dataclass(slots=True)
@@ -37,7 +41,9 @@ class AgentRecord:
     last_seen: float
     registered_at: float
     tasks: dict[tuple[str, str], TaskRecord] = field(default_factory=dict)  # (framework, task)
-    principal: str | None = None  # who registered it (None: authentication off)
+    # Who registered it (from the connection; None without authentication): only
+    # that principal may register with this agent id again.
+    principal: str | None = None
 
     @property
     def connected(self) -> bool:
@@ -61,7 +67,9 @@ class FrameworkRecord:
     undelivered: list[TaskStatus] = field(default_factory=list)
     # Torn down, waiting for its tasks to end; unknown to everyone else.
     removing: bool = False
-    principal: str | None = None  # who subscribed it (None: authentication off)
+    # Who subscribed it (from the connection; None without authentication): only
+    # that principal may subscribe with this framework id again.
+    principal: str | None = None
 
     @property
     def connected(self) -> bool:

@@ -14,6 +14,7 @@ from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.errors import CallRejected
 from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
+from mesolite.master.validation import clip, ids_problem
 from mesolite.model import (
     StatusSource,
     TaskState,
@@ -23,41 +24,62 @@ from mesolite.model import (
 
 class StatusUpdateHandling(MasterCore):
     @checked
-    def status_update(self, agent_id: str, status: TaskStatus) -> None:
+    def status_update(
+        self, agent_id: str, status: TaskStatus, latest_state: TaskState | None = None
+    ) -> None:
+        """`latest_state`: of the task's newest update on the agent, queued behind this
+        one. If terminal, the task's resources are freed now: a framework that does
+        not acknowledge must not hold them (Mesos does the same)."""
         agent = self.agents.get(agent_id)
         if agent is None:
             return
         agent.last_seen = self._clock()
+        if problem := self._foreign_update(agent_id, status):
+            log.warning(
+                "status update refused",
+                agent_id=agent_id,
+                framework_id=clip(status.framework_id),
+                task_id=clip(status.task_id),
+                reason=problem,
+            )
+            return
         framework = self.frameworks.get(status.framework_id)
         task = framework.tasks.get(status.task_id) if framework else None
         if framework is None or task is None:
             task = self._completed_task(framework, status.task_id) if framework else None
-            if task is None or status.update_id not in task.applied_updates:
+            if task is not None and task.end_pending and status.update_id:
+                # Ended early (below): its updates still reach the framework, in order.
+                if status.update_id not in task.applied_updates:
+                    task.applied_updates.add(status.update_id)
+                    task.status = status
+                    task.end_pending = not status.state.is_terminal
+            elif task is None or status.update_id not in task.applied_updates:
                 # Nobody is left to acknowledge it: do so, so the agent stops retrying.
                 self._acknowledge_here(agent, status, "update for an unknown task")
                 return
-            if not status.state.is_terminal:
+            elif not status.state.is_terminal:
                 # A retry of an update from before the task's end (which the master
                 # may have decided itself, say LOST): forwarded, it would show the
                 # framework a live state after the end. Acknowledged here instead.
                 self._acknowledge_here(agent, status, "stale update of an ended task")
                 return
-        elif status.update_id not in task.applied_updates:
-            task.applied_updates.add(status.update_id)
-            task.status = status
-            log.info(
-                "task status",
-                framework_id=status.framework_id,
-                agent_id=agent_id,
-                task_id=status.task_id,
-                state=status.state.value,
-                exit_code=status.exit_code,
-                update_id=status.update_id,
-            )
-            if status.state.is_terminal:
-                self._finish(task, status.state)
-            else:
-                task.state = status.state
+        else:
+            if status.update_id not in task.applied_updates:
+                self._apply(agent_id, task, status)
+            if (
+                latest_state is not None
+                and latest_state.is_terminal
+                and not task.state.is_terminal
+            ):
+                log.info(
+                    "task ended on the agent; freed before its updates are acknowledged",
+                    framework_id=status.framework_id,
+                    agent_id=agent_id,
+                    task_id=status.task_id,
+                    latest_state=latest_state.value,
+                )
+                task.end_pending = True
+                self._finish(task, latest_state)
         if task.status is not status:  # applied before this call: the agent retried it
             self.metrics.update_retried()
         if framework is not None and framework.outbox is not None:
@@ -72,6 +94,43 @@ class StatusUpdateHandling(MasterCore):
             agent.outbox.send(
                 msg.AcknowledgeUpdate(status.framework_id, status.task_id, status.update_id)
             )
+
+    def _apply(self, agent_id: str, task: TaskRecord, status: TaskStatus) -> None:
+        task.applied_updates.add(status.update_id)
+        task.status = status
+        log.info(
+            "task status",
+            framework_id=status.framework_id,
+            agent_id=agent_id,
+            task_id=status.task_id,
+            state=status.state.value,
+            exit_code=status.exit_code,
+            update_id=status.update_id,
+        )
+        if status.state.is_terminal:
+            self._finish(task, status.state)
+        else:
+            task.state = status.state
+
+    def _foreign_update(self, agent_id: str, status: TaskStatus) -> str | None:
+        """Why an agent may not send this update: it speaks only for itself, and only
+        of the tasks the master placed on it (as Mesos looks the task up on the
+        sending agent). None if it may."""
+        if status.source is not StatusSource.AGENT:
+            return "an agent cannot speak as the master"
+        if status.agent_id and status.agent_id != agent_id:
+            return f"the update names agent {clip(status.agent_id)}"
+        framework = self.frameworks.get(status.framework_id)
+        if framework is None:
+            return None  # acknowledged below, so the agent stops re-sending it
+        task = framework.tasks.get(status.task_id)
+        if task is not None:
+            placed = {task.agent_id}
+        else:  # ended: a task id may have been used again, on another agent
+            placed = {t.agent_id for t in framework.completed if t.spec.task_id == status.task_id}
+        if placed and agent_id not in placed:
+            return f"the task was placed on agent {', '.join(sorted(placed))}"
+        return None
 
     def _acknowledge_here(self, agent: AgentRecord, status: TaskStatus, what: str) -> None:
         """Acknowledge an update no framework will see, so the agent stops re-sending it."""
@@ -91,7 +150,7 @@ class StatusUpdateHandling(MasterCore):
         framework = self._framework(framework_id)
         task = framework.tasks.get(task_id)
         if task is None:
-            raise CallRejected(f"task {task_id} is not a running task of this framework")
+            raise CallRejected(f"task {clip(task_id)} is not a running task of this framework")
         agent = self.agents[task.agent_id]
         if agent.outbox is None:
             raise CallRejected(f"agent {task.agent_id} of task {task_id} is disconnected")
@@ -106,7 +165,7 @@ class StatusUpdateHandling(MasterCore):
             raise CallRejected("acknowledge needs the update id")
         agent = self.agents.get(agent_id)
         if agent is None:
-            raise CallRejected(f"agent {agent_id} is not known")
+            raise CallRejected(f"agent {clip(agent_id)} is not known")
         if agent.outbox is not None:
             agent.outbox.send(msg.AcknowledgeUpdate(framework_id, task_id, update_id))
         log.debug(
@@ -130,6 +189,8 @@ class StatusUpdateHandling(MasterCore):
         """
         framework = self._framework(framework_id)
         assert framework.outbox is not None
+        if problem := ids_problem("task ids", task_ids):
+            raise CallRejected(problem)
         if not task_ids:
             for task in framework.tasks.values():
                 framework.outbox.send(msg.Update(self._latest_status(task)))
@@ -152,10 +213,10 @@ class StatusUpdateHandling(MasterCore):
             log.info(
                 "reconciliation deferred: agents still re-registering",
                 framework_id=framework_id,
-                task_ids=unanswered,
+                tasks=len(unanswered),
                 agents=len(self.recovering_agents),
             )
-        log.info("reconciled", framework_id=framework_id, task_ids=list(task_ids))
+        log.info("reconciled", framework_id=framework_id, tasks=len(task_ids))
 
     def _latest_status(self, task: TaskRecord) -> TaskStatus:
         last = task.status

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Container, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 
 from mesolite.master.roles import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
@@ -19,15 +19,65 @@ from mesolite.resources import EMPTY, Resources
 
 ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
 
+# Bounds on every size a client controls. Messages are at most 4 MiB on the wire
+# (mesolite/grpc_utils.py); these bound what the master keeps and shows.
+MAX_NAME = 256  # framework, task and host names; role paths
+MAX_RESOURCE_NAMES = 64  # named scalars per agent or task
+MAX_RESOURCE_NAME = 64
+MAX_ATTRIBUTES = 64  # per agent
+MAX_ATTRIBUTE_KEY = 128
+MAX_ATTRIBUTE_VALUE = 1024
+MAX_COMMAND = 64 * 1024
+MAX_ENVIRONMENT = 256  # variables per task
+MAX_ENVIRONMENT_NAME = 256
+MAX_ENVIRONMENT_VALUE = 16 * 1024
+MAX_TASKS_PER_CALL = 1000  # tasks in one ACCEPT
+MAX_IDS_PER_CALL = 10_000  # offer ids in an ACCEPT or DECLINE, task ids in a RECONCILE
+MAX_TASKS_PER_AGENT = 10_000  # tasks an agent may report when it registers
+MAX_FAILOVER_TIMEOUT = 365 * 24 * 3600.0  # a year; Marathon's default is a week
+
+
+def clip(value: str, limit: int = 64) -> str:
+    """A client's string as quoted back in an error: at most `limit` characters."""
+    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
+
+
+def id_problem(what: str, value: str) -> str | None:
+    if not ID.match(value):
+        return f"invalid {what} {clip(value)!r}: 1-200 of A-Z a-z 0-9 _ . - :"
+    return None
+
+
+def _name_problem(what: str, value: str) -> str | None:
+    if len(value) > MAX_NAME:
+        return f"{what} {clip(value)!r} is longer than {MAX_NAME} characters"
+    return None
+
+
+def resources_problem(what: str, resources: Resources) -> str | None:
+    if len(resources) > MAX_RESOURCE_NAMES:
+        return f"{what} names {len(resources)} resources, more than {MAX_RESOURCE_NAMES}"
+    for name in resources:
+        if len(name) > MAX_RESOURCE_NAME:
+            return f"resource name {clip(name)!r} is longer than {MAX_RESOURCE_NAME} characters"
+    return None
+
 
 def framework_info_problem(info: FrameworkInfo) -> str | None:
     """What is wrong with a SUBSCRIBE's FrameworkInfo (its role already defaulted)."""
     if not info.name:
         return "framework name must not be empty"
-    if not is_valid_role(info.role):
-        return f"invalid role {info.role!r}"
-    if not (0 <= info.failover_timeout < math.inf):
-        return f"failover timeout must be a finite number >= 0, got {info.failover_timeout}"
+    if problem := _name_problem("framework name", info.name):
+        return problem
+    if len(info.role) > MAX_NAME or not is_valid_role(info.role):
+        return f"invalid role {clip(info.role)!r}"
+    if info.framework_id and (problem := id_problem("framework id", info.framework_id)):
+        return problem
+    if not (0 <= info.failover_timeout <= MAX_FAILOVER_TIMEOUT):
+        return (
+            f"failover timeout must be a number of seconds from 0 to {MAX_FAILOVER_TIMEOUT:.0f}"
+            f" (a year), got {info.failover_timeout}"
+        )
     return None
 
 
@@ -44,24 +94,63 @@ def refuse_seconds(value: float | None) -> float:
 
 def tasks_problem(tasks: Sequence[TaskSpec], in_use: Container[str], agent_id: str) -> str | None:
     """What is wrong with tasks to launch on `agent_id`; `in_use`: the framework's live ids."""
+    if len(tasks) > MAX_TASKS_PER_CALL:
+        return f"{len(tasks)} tasks in one call, more than {MAX_TASKS_PER_CALL}"
     seen: set[str] = set()
     for spec in tasks:
-        if not ID.match(spec.task_id):
-            return f"invalid task id {spec.task_id!r}"
+        if problem := id_problem("task id", spec.task_id):
+            return problem
         if spec.task_id in seen:
             return f"task id {spec.task_id} appears twice in the call"
         if spec.task_id in in_use:
             return f"task id {spec.task_id} is already in use"
         if spec.agent_id and spec.agent_id != agent_id:
             return (
-                f"task {spec.task_id} names agent {spec.agent_id} "
+                f"task {spec.task_id} names agent {clip(spec.agent_id)} "
                 f"but the offers are for agent {agent_id}"
             )
-        if not spec.command.strip():
-            return f"task {spec.task_id} has no command"
-        if spec.resources.is_empty():
-            return f"task {spec.task_id} asks for no resources"
+        if problem := _task_spec_problem(spec):
+            return problem
         seen.add(spec.task_id)
+    return None
+
+
+def _task_spec_problem(spec: TaskSpec) -> str | None:
+    task = f"task {spec.task_id}"
+    if not spec.command.strip():
+        return f"{task} has no command"
+    if len(spec.command) > MAX_COMMAND:
+        return f"{task}: its command is longer than {MAX_COMMAND} characters"
+    if problem := _name_problem(f"{task}: name", spec.name):
+        return problem
+    if spec.resources.is_empty():
+        return f"{task} asks for no resources"
+    if problem := resources_problem(task, spec.resources):
+        return problem
+    return _environment_problem(task, spec.environment)
+
+
+def _environment_problem(task: str, environment: Mapping[str, str]) -> str | None:
+    if len(environment) > MAX_ENVIRONMENT:
+        return f"{task} has {len(environment)} environment variables, more than {MAX_ENVIRONMENT}"
+    for name, value in environment.items():
+        if not name or len(name) > MAX_ENVIRONMENT_NAME or "=" in name or "\0" in name:
+            return f"{task}: invalid environment variable name {clip(name)!r}"
+        if len(value) > MAX_ENVIRONMENT_VALUE or "\0" in value:
+            return (
+                f"{task}: environment variable {clip(name)} is longer than "
+                f"{MAX_ENVIRONMENT_VALUE} characters or holds a NUL"
+            )
+    return None
+
+
+def ids_problem(what: str, ids: Sequence[str]) -> str | None:
+    """Ids a call names (offers to accept or decline, tasks to reconcile)."""
+    if len(ids) > MAX_IDS_PER_CALL:
+        return f"{len(ids)} {what} in one call, more than {MAX_IDS_PER_CALL}"
+    for value in ids:
+        if len(value) > 200:
+            return f"one of the {what} is longer than 200 characters: {clip(value)!r}"
     return None
 
 
@@ -75,11 +164,61 @@ def agent_registration_problem(
     """What is wrong with a registration in itself (the agent id's standing aside)."""
     if total.is_empty():
         return "agent offers no resources"
-    if agent_id and not ID.match(agent_id):
-        return f"invalid agent id {agent_id!r}"
+    if problem := resources_problem("the agent", total):
+        return problem
+    if agent_id and (problem := id_problem("agent id", agent_id)):
+        return problem
     if not agent_id and running:
         return "a new agent cannot have tasks"
+    if len(running) > MAX_TASKS_PER_AGENT:
+        return f"the agent reports {len(running)} tasks, more than {MAX_TASKS_PER_AGENT}"
     used = sum((t.task.resources for t in running), EMPTY)
     if not total.contains(used):
         return f"running tasks use {used}, more than the agent's {total}"
+    return None
+
+
+def agent_info_problem(hostname: str, attributes: Mapping[str, str]) -> str | None:
+    """What is wrong with how an agent describes itself."""
+    if problem := _name_problem("hostname", hostname):
+        return problem
+    if len(attributes) > MAX_ATTRIBUTES:
+        return f"the agent has {len(attributes)} attributes, more than {MAX_ATTRIBUTES}"
+    for key, value in attributes.items():
+        if not key or len(key) > MAX_ATTRIBUTE_KEY:
+            return f"invalid attribute name {clip(key)!r}"
+        if len(value) > MAX_ATTRIBUTE_VALUE:
+            return f"attribute {clip(key)} is longer than {MAX_ATTRIBUTE_VALUE} characters"
+    return None
+
+
+def reported_tasks_problem(
+    agent_id: str,
+    running: Sequence[RunningTask],
+    placed_on: Callable[[str, str], str | None],
+    capacity: Resources,
+) -> str | None:
+    """What is wrong with the tasks a known agent reports when it registers again.
+
+    `placed_on(framework_id, task_id)`: the agent the master placed that task on,
+    if any. An agent may not claim another agent's task (it would take over the
+    master's record of it), nor report more than its known `capacity`.
+    """
+    seen: set[tuple[str, str]] = set()
+    for rt in running:
+        key = (rt.framework_id, rt.task.task_id)
+        for what, value in zip(("framework id", "task id"), key, strict=True):
+            if problem := id_problem(what, value):
+                return problem
+        if key in seen:
+            return f"task {key[1]} of framework {key[0]} is reported twice"
+        seen.add(key)
+        if problem := _task_spec_problem(rt.task):
+            return problem
+        where = placed_on(*key)
+        if where is not None and where != agent_id:
+            return f"task {key[1]} of framework {key[0]} runs on agent {where}, not {agent_id}"
+    used = sum((t.task.resources for t in running), EMPTY)
+    if not capacity.contains(used):
+        return f"the reported tasks use {used}, more than agent {agent_id}'s {capacity}"
     return None

@@ -150,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="roles file (TOML): weights, guarantees and limits; reloaded on SIGHUP",
     )
     m.add_argument(
+        "--acls",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="ACL file (JSON, as Mesos' --acls): who may register frameworks in which roles, "
+        "register agents, view state, read sandboxes; reloaded on SIGHUP",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
@@ -392,6 +400,7 @@ async def _until_signalled() -> None:
 
 
 async def _run_master(args: argparse.Namespace) -> int:
+    from mesolite.master.acl import AclError
     from mesolite.master.master import MasterConfig
     from mesolite.master.registry import RegistryError
     from mesolite.master.roles import RolesConfigError
@@ -409,6 +418,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         agent_timeout=args.agent_timeout,
         weights=args.weights,
         roles_file=args.roles,
+        acls_file=args.acls,
         policy=args.policy,
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
@@ -420,7 +430,7 @@ async def _run_master(args: argparse.Namespace) -> int:
     server = MasterServer(config, args.host, args.port, args.http_port, token_port=args.token_port)
     try:
         await server.start()
-    except (RolesConfigError, RegistryError, MesoliteError, OSError) as e:
+    except (RolesConfigError, AclError, RegistryError, MesoliteError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         await server.stop()
         return 2
@@ -429,6 +439,7 @@ async def _run_master(args: argparse.Namespace) -> int:
 
         def reload() -> None:
             master.reload_roles()
+            master.reload_acls()
             server.authn.reload()
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)

@@ -155,6 +155,13 @@ BUGS = [
         TLS_TESTS,
     ),
     Bug(
+        "an ACL refusal is not told to the client as PERMISSION_DENIED",
+        "master/servicers.py",
+        "    Refusal.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,\n",
+        "",
+        TLS_TESTS,
+    ),
+    Bug(
         "the sandbox server answers any principal of the CA",
         "agent/sandbox_http.py",
         "if principal not in readers:",

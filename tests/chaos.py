@@ -25,7 +25,8 @@ everything is let to settle, and the run is judged:
   the live frameworks, nothing used, and exactly the three agents' resources;
 - no orphans: no task process is alive at the end on any agent, in
   particular none of a gone framework;
-- the master's invariants held after every step (`--check-invariants`).
+- the master's invariants held after every step (`--check-invariants`);
+- no live framework's `run()` ended by itself (only the harness ends them).
 
 Used by `tests/test_fault_injection.py` (a few seeds in CI) and
 `scripts/fault_injection.py` (many seeds, printing figures).
@@ -336,6 +337,13 @@ class Chaos:
     async def judge(self, http: aiohttp.ClientSession) -> None:
         report = self.report
         live = {fw.name for fw in self.frameworks.values()}
+        # A live framework's run() ends only when this harness crashes it: one that
+        # ended by itself left its tasks unheard of, and says why (seed 178: an SDK
+        # that took a master crash for a rejection never re-subscribed).
+        for kind, run in self.runs.items():
+            if run.done():
+                why = "cancelled" if run.cancelled() else repr(run.exception())
+                report.violations.append(f"{self.frameworks[kind].name}: run() ended: {why}")
         for name, ledger in self.ledgers.items():
             report.tasks += len(ledger.launched)
             report.ended.update(state.value for state in ledger.terminal.values())

@@ -12,9 +12,12 @@ integration. Files may also mark tests themselves (`pytestmark`).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.core import CoreHarness
 
 UNIT = {
     "test_agent_journal.py",
@@ -50,3 +53,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.integration)
             if name in SLOW:
                 item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture
+def core() -> Iterator[CoreHarness]:
+    """A master core driven directly (tests/support/core.py); sound at the end."""
+    harness = CoreHarness()
+    yield harness
+    harness.assert_sound()

@@ -80,3 +80,12 @@ def test_backoff_rejects_nonsense() -> None:
         Backoff(initial=0)
     with pytest.raises(ValueError):
         Backoff(initial=2, maximum=1)
+
+
+def test_each_head_goes_out_with_the_newest_state_queued_behind_it() -> None:
+    updates = StatusUpdates(RETRY)
+    updates.add(status("t1", "a", TaskState.RUNNING))
+    updates.add(status("t2", "c", TaskState.RUNNING))
+    updates.add(status("t1", "b", TaskState.FINISHED))
+    latest = {u.task_id: updates.latest_state(u) for u in updates.take_due(0.0)}
+    assert latest == {"t1": TaskState.FINISHED, "t2": TaskState.RUNNING}

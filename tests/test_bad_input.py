@@ -232,3 +232,23 @@ async def test_calls_before_subscribe_are_refused(tmp_path: Path) -> None:
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "first call must be SUBSCRIBE" in (refused.value.details() or "")
         await channel.close()
+
+
+async def test_a_framework_that_never_acknowledges_holds_nothing(tmp_path: Path) -> None:
+    """The agent sends FINISHED only after RUNNING is acknowledged; this framework never
+    acknowledges, yet the task's resources come back: the agent's retries of RUNNING
+    carry the task's latest state, and it is terminal."""
+    async with LocalCluster(tmp_path, fast()) as cluster:
+        await cluster.add_agent("cpus:1;mem:1024")
+        async with RawFramework(cluster.address) as fw:
+            offer = (await fw.next_event("offers")).offers.offers[0]
+            fw.send(accept(offer.offer_id, task("quick", "true", cpus=1, mem=1024)))
+            first = (await fw.next_event("update")).update.status  # never acknowledged
+            assert first.state == common_pb2.TASK_STARTING
+            # Freed: offered again (whole), with no acknowledgement ever sent.
+            again_offered = (await fw.next_event("offers")).offers.offers[0]
+            assert again_offered.resources.scalars["cpus"] == 1
+            assert not cluster.master.frameworks[fw.framework_id].tasks
+            # The framework still sees the task's updates in order, unacknowledged.
+            again = (await fw.next_event("update")).update.status
+            assert (again.task_id, again.update_id) == ("quick", first.update_id)

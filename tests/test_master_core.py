@@ -8,7 +8,6 @@ driven with no event loop at all. Every step runs the invariant checker.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 
 import pytest
 
@@ -19,25 +18,6 @@ from mesolite.resources import Resources
 from tests.support.core import CONFIG, AgentPeer, CoreHarness, FrameworkPeer
 
 pytestmark = pytest.mark.unit
-
-
-@pytest.fixture
-def core() -> Iterator[CoreHarness]:
-    harness = CoreHarness()
-    yield harness
-    harness.assert_sound()
-
-
-def state_of(core: CoreHarness) -> tuple[object, ...]:
-    """What a refused call must leave unchanged."""
-    m = core.master
-    return (
-        sorted(m.offers),
-        {f: sorted(fw.tasks) for f, fw in m.frameworks.items()},
-        {a: sorted(ag.tasks) for a, ag in m.agents.items()},
-        {a: str(m.allocator.agent_allocated(a)) for a in m.agents},
-        sorted(t.task.task_id for t in core.registry.tasks()),
-    )
 
 
 # Subscribing, offers, launching ----------------------------------------------
@@ -96,10 +76,10 @@ def test_a_bad_accept_changes_nothing(
     fw = core.subscribe()
     agent = core.add_agent()
     [offer] = core.allocate_for(fw)
-    before = state_of(core)
+    before = core.state()
     with pytest.raises(CallRejected, match=problem):
         core.master.accept(fw.framework_id, [offer.offer_id], tasks, refuse_seconds=0)
-    assert state_of(core) == before
+    assert core.state() == before
     assert agent.peer.of(msg.LaunchTask) == []
     # The offer is still good.
     core.launch(fw, offer, "ok", "cpus:1;mem:64")

@@ -51,10 +51,23 @@ def test_registry_of_an_older_master_is_migrated_with_its_contents(tmp_path: Pat
     assert (task.framework_id, task.agent_id, task.task.task_id) == ("F1", "S1", "t1")
     registry.mark_framework_removing("F1")
     assert registry.frameworks()[0].removing
+    # Ids from before authentication have no owner.
+    assert registry.agents()[0].principal is None
     registry.close()
     # And it opens again at the current version without migrating twice.
     again = Registry(path)
     assert again.frameworks()[0].removing
+    again.close()
+
+
+def test_who_owns_each_id_is_kept(tmp_path: Path) -> None:
+    registry = Registry(tmp_path / "registry.sqlite")
+    registry.add_framework(FrameworkEntry("F1", "batch", "eng", 0.0, 100.0, principal="team-a"))
+    registry.admit_agent("S1", "host", Resources.parse("cpus:1"), 100.0, principal="agent-1")
+    registry.close()
+    again = Registry(tmp_path / "registry.sqlite")
+    assert [f.principal for f in again.frameworks()] == ["team-a"]
+    assert [a.principal for a in again.agents()] == ["agent-1"]
     again.close()
 
 

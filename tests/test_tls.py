@@ -209,6 +209,33 @@ async def test_the_sdk_and_the_agent_give_up_when_refused(
     assert cluster.master.frameworks == {} and cluster.master.agents == {}
 
 
+async def test_the_acls_see_the_certificates_principal_and_deny_on_the_wire(
+    tmp_path: Path, cluster_certs: Path
+) -> None:
+    """An ACL decision about a principal from a certificate reaches the client as
+    PERMISSION_DENIED (the SDK gives up), and changes nothing."""
+    acls = tmp_path / "acls.json"
+    acls.write_text(
+        json.dumps(
+            {
+                "register_frameworks": [{"principals": {"values": ["framework"]}}],
+                "register_agents": [{"principals": {"values": ["agent"]}}],
+            }
+        )
+    )
+    config = replace(FAST, acls_file=acls)
+    async with LocalCluster(tmp_path / "cluster", config, certs=cluster_certs) as cluster:
+        admin = cluster.bundle("admin")
+        assert await first_event(cluster.address, "scheduler", admin) == "PERMISSION_DENIED"
+        assert await first_event(cluster.address, "agent", admin) == "PERMISSION_DENIED"
+        fw = RecordingFramework("not-allowed", tls=admin)
+        with pytest.raises(FrameworkRejected, match="PERMISSION_DENIED"):
+            await within(fw.run(cluster.address), 20, "the framework to give up")
+        assert cluster.master.frameworks == {} and cluster.master.agents == {}
+        allowed = cluster.bundle("framework")
+        assert await first_event(cluster.address, "scheduler", allowed) == "subscribed"
+
+
 async def test_a_master_from_another_ca_is_not_trusted(
     tmp_path: Path, cluster_certs: Path, other_certs: Path
 ) -> None:

@@ -131,16 +131,25 @@ class AgentCall(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         STATUS_FIELD_NUMBER: _builtins.int
+        LATEST_STATE_FIELD_NUMBER: _builtins.int
+        latest_state: _common_pb2.TaskState.ValueType
+        """The state of the task's newest update, which may be queued behind this one
+        (updates go out in order, each after the previous one is acknowledged). A
+        terminal latest state lets the master free the task's resources even if the
+        framework never acknowledges (as Mesos' StatusUpdate.latest_state).
+        Unspecified: as `status`.
+        """
         @_builtins.property
         def status(self) -> _common_pb2.TaskStatus: ...
         def __init__(
             self,
             *,
             status: _common_pb2.TaskStatus | None = ...,
+            latest_state: _common_pb2.TaskState.ValueType = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["latest_state", b"latest_state", "status", b"status"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -75,20 +75,46 @@ class CoreHarness:
     def assert_sound(self) -> None:
         assert self.master.invariant_violations == [], self.master.invariant_violations
 
+    def state(self) -> tuple[object, ...]:
+        """What a refused call must leave unchanged."""
+        m = self.master
+        return (
+            sorted(m.offers),
+            {f: (fw.principal, sorted(fw.tasks), fw.connected) for f, fw in m.frameworks.items()},
+            {a: (ag.principal, sorted(ag.tasks), ag.connected) for a, ag in m.agents.items()},
+            {
+                (t.framework_id, t.spec.task_id): (t.agent_id, t.state)
+                for fw in m.frameworks.values()
+                for t in fw.tasks.values()
+            },
+            {a: str(m.allocator.agent_allocated(a)) for a in m.agents},
+            sorted((t.framework_id, t.task.task_id, t.agent_id) for t in self.registry.tasks()),
+            self.registry.frameworks(),
+            self.registry.agents(),
+        )
+
     # Frameworks ------------------------------------------------------------
 
     def subscribe(
-        self, name: str = "fw", role: str = "*", failover: float = 0.0, framework_id: str = ""
+        self,
+        name: str = "fw",
+        role: str = "*",
+        failover: float = 0.0,
+        framework_id: str = "",
+        principal: str | None = None,
     ) -> FrameworkPeer:
         peer: RecordingPeer[msg.FrameworkMessage] = RecordingPeer()
         info = FrameworkInfo(name, role, failover, framework_id)
-        fid = self.master.subscribe(info, peer)
+        fid = self.master.subscribe(info, peer, principal=principal)
         [subscribed] = peer.take(msg.Subscribed)
         assert subscribed.framework_id == fid
         return FrameworkPeer(fid, peer, dataclasses.replace(info, framework_id=fid))
 
-    def resubscribe(self, fw: FrameworkPeer) -> FrameworkPeer:
-        return self.subscribe(fw.info.name, fw.info.role, fw.info.failover_timeout, fw.framework_id)
+    def resubscribe(self, fw: FrameworkPeer, principal: str | None = None) -> FrameworkPeer:
+        info = fw.info
+        return self.subscribe(
+            info.name, info.role, info.failover_timeout, fw.framework_id, principal
+        )
 
     def allocate_for(self, fw: FrameworkPeer) -> list[Offer]:
         """Run an allocation cycle; the offers `fw` received (from any cycle so far)."""
@@ -113,11 +139,12 @@ class CoreHarness:
         agent_id: str = "",
         running: tuple[RunningTask, ...] = (),
         hostname: str = "host",
+        principal: str | None = None,
     ) -> AgentPeer:
         peer: RecordingPeer[msg.AgentMessage] = RecordingPeer()
         total = Resources.parse(resources)
         aid = self.master.register_agent(
-            agent_id, hostname, "127.0.0.1:1", total, {}, running, peer
+            agent_id, hostname, "127.0.0.1:1", total, {}, running, peer, principal=principal
         )
         assert isinstance(peer.messages[0], msg.AgentRegistered), "Registered comes first"
         peer.messages.pop(0)
