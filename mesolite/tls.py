@@ -63,6 +63,10 @@ class TlsConfig:
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
             raise TlsError("give a certificate and its key together, or neither")
+        for name in ("ca", "cert", "key"):  # accept str paths too
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, Path):
+                object.__setattr__(self, name, Path(value))
 
     @classmethod
     def from_dir(cls, directory: str | Path) -> TlsConfig:
