@@ -479,7 +479,7 @@ def _next_steps(server: MasterServer, tls_dir: Path | None) -> str:
         if server.token_port:
             security += f"; bearer tokens on gRPC port {server.token_port}"
     return (
-        f"mesolite master {master_id} is listening on {grpc} (HTTP {http}; {security})\n"
+        f"mesolite master {master_id} is listening on {grpc} (HTTP {http}); {security}\n"
         f"  join an agent:       mesolite agent --master {grpc}{agent_tls} "
         '--resources "cpus:4;mem:8192" --work-dir work-dirs/agent1\n'
         f"  run a framework:     python examples/batch_framework.py --master "
