@@ -1,7 +1,8 @@
-"""One agent stream's plumbing: its outbox, its single writer, heartbeats, and how it ended.
+"""One agent stream's plumbing: its heartbeats, its reads, and how it ended.
 
 The agent (`agent/agent.py`) runs one `AgentGateway.Connect` stream at a time;
-these helpers are the parts that do not depend on the agent's state.
+these helpers are the parts that do not depend on the agent's state. Its calls go
+out through a `StreamWriter` (`mesolite/stream_writer.py`), the stream's one writer.
 """
 
 from __future__ import annotations
@@ -15,12 +16,13 @@ import grpc.aio
 import structlog
 
 from mesolite.agent import _wire as wire
+from mesolite.stream_writer import StreamWriter
 from mesolite.v1 import agent_pb2
 
 log = structlog.get_logger("mesolite.agent.agent")
 
-# Messages for the stream's writer; None asks it to half-close the stream.
-Outbox: TypeAlias = "asyncio.Queue[agent_pb2.AgentCall | None]"
+# The calls queued for the stream's one writer.
+Outbox: TypeAlias = StreamWriter[agent_pb2.AgentCall]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,21 +39,6 @@ async def read_event(call: Any) -> agent_pb2.AgentEvent | None:
 
 async def ended(call: Any, registered: bool) -> StreamEnd:
     return StreamEnd(await call.code(), await call.details() or "", registered)
-
-
-async def write_loop(call: Any, outbox: Outbox) -> None:
-    """The stream's only writer: grpc.aio allows one write in flight per call."""
-    while True:
-        msg = await outbox.get()
-        try:
-            if msg is None:
-                await call.done_writing()
-                return
-            await call.write(msg)
-        except (grpc.RpcError, grpc.aio.UsageError, asyncio.InvalidStateError) as e:
-            # The reader sees the stream's status and ends the session.
-            log.debug("stream closed for writing", error=repr(e))
-            return
 
 
 async def heartbeats(outbox: Outbox, interval: float) -> None:

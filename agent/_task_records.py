@@ -3,8 +3,8 @@
 `TaskRun` is what the task runner (`agent/tasks.py`) knows of one run of a
 task; `checkpoint_record` and `task_from_checkpoint` turn it into the
 `task.json` a restarted agent reads back, and `returncode_of` /
-`describe_exit` read the wrapper's `exit.json`. Nothing here starts, signals
-or waits for a process.
+`describe_exit` read the wrapper's `exit.json`, and `write_checkpoint` writes
+`task.json`. Nothing here starts, signals or waits for a process.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import IO, Any
 import structlog
 
 from mesolite.agent import _task_wrapper
-from mesolite.agent._checkpoint import read_json
+from mesolite.agent._checkpoint import read_json, write_json_atomically
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 
@@ -77,6 +77,15 @@ class TaskRun:
     @property
     def key(self) -> tuple[str, str]:
         return (self.framework_id, self.spec.task_id)
+
+    def transition(
+        self, state: TaskState, message: str = "", exit_code: int | None = None
+    ) -> TaskTransition:
+        """Enter `state`; returns the transition to report."""
+        self.state = state
+        return TaskTransition(
+            self.framework_id, self.spec.task_id, state, message, exit_code, self.run_id
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,6 +170,24 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
             message=final.message,
         )
     return record
+
+
+async def write_checkpoint(t: TaskRun, final: TaskTransition | None = None) -> None:
+    """Write the run's `task.json` as of now (with `final`, as ended)."""
+    # One writer at a time per task, each writing the state as of its turn,
+    # so an older view can never land after a newer one.
+    async with t.checkpoint_lock:
+        record = checkpoint_record(t, final)
+        try:
+            await asyncio.to_thread(write_json_atomically, t.sandbox / CHECKPOINT_FILE, record)
+        except OSError as e:
+            # The task itself is unaffected; only recovery would know less.
+            log.warning(
+                "could not write checkpoint",
+                framework_id=t.framework_id,
+                task_id=t.spec.task_id,
+                error=str(e),
+            )
 
 
 def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRun:

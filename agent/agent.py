@@ -5,13 +5,14 @@ What the master can rely on:
 
 * The first message on every stream is `register`: an empty agent id when the
   agent is new; otherwise the id it was given, with the tasks it still runs
-  and, in their last live state, those whose terminal update is not yet
-  acknowledged (left out if they would not fit in the agent's resources).
+  and, in their end state, those whose terminal update is not yet
+  acknowledged (they hold no resources).
   After `registered` the agent sends a heartbeat every heartbeat interval.
 * Every task transition becomes a status update with a fresh `update_id`,
   source AGENT. Per task, only the oldest unacknowledged update is in flight;
   it is re-sent with jittered backoff until the master sends `acknowledge` for
-  it, and all pending updates are re-sent after every (re-)registration.
+  it, and all pending updates are re-sent after every (re-)registration
+  (`agent/_status_reporter.py`).
 * How the stream ended decides what happens next:
   - FAILED_PRECONDITION (this agent id was removed): the agent kills all its
     tasks, drops their pending updates, forgets its id (deleting its
@@ -36,9 +37,9 @@ the agent under its wrapper process, which records the command's exit status.
 On start, before registering, the agent reads its id back, replays the journal
 and recovers its tasks (re-attaching to those still running, reporting how the
 others ended), then registers under the old id with the tasks it runs plus
-those whose end the master may not have heard of, reported in their last live
-state: the journaled terminal update that follows, with its original update
-id, says how they ended. Started without an id, the agent kills whatever a
+those whose end the master may not have heard of, reported in their end
+state: the master frees them and forwards the journaled updates that follow,
+with their original update ids, the end last. Started without an id, the agent kills whatever a
 previous agent left behind.
 """
 
@@ -46,8 +47,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-import uuid
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -58,15 +57,14 @@ import structlog
 
 from mesolite.agent import _wire as wire
 from mesolite.agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
-from mesolite.agent._journal import JOURNAL_FILE, Ack, JournalWriter, PendingUpdate, UpdateJournal
-from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event, write_loop
+from mesolite.agent._status_reporter import StatusReporter
+from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
-from mesolite.agent._updates import StatusUpdates
 from mesolite.agent.config import AgentConfig
 from mesolite.agent.errors import AgentError, AgentRegistrationError
-from mesolite.agent.tasks import TaskRunner, TaskTransition
+from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
-from mesolite.model import RunningTask, StatusSource, TaskSpec, TaskState, TaskStatus
+from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import EMPTY, Resources
 from mesolite.v1 import agent_pb2_grpc
 
@@ -103,17 +101,16 @@ class Agent:
         self._registration_timeout = config.registration_timeout
         self._stop_timeout = config.stop_timeout
         self._work_dir = Path(config.work_dir).absolute()
-        self._runner = TaskRunner(
-            self._work_dir, self._on_transition, kill_grace_period=config.kill_grace_period
-        )
-        self._updates = StatusUpdates(config.status_retry)
-        self._journal = UpdateJournal(self._work_dir / JOURNAL_FILE)
-        self._writer = JournalWriter(self._journal, self._on_durable)
-        self._run_of_update: dict[str, str] = {}  # update id -> task run, while pending
         self._agent_id: str | None = None
         self._saved_agent_id: str | None = None
-        self._updates_changed = asyncio.Event()
-        self._acked = asyncio.Event()
+        self._reporter = StatusReporter(
+            self._work_dir, config.status_retry, agent_id=lambda: self._agent_id
+        )
+        self._runner = TaskRunner(
+            self._work_dir,
+            self._reporter.report_transition,
+            kill_grace_period=config.kill_grace_period,
+        )
         self._registered = asyncio.Event()
         self._stopping = asyncio.Event()
         self._done = asyncio.Event()
@@ -164,7 +161,7 @@ class Agent:
         if self._started:
             raise RuntimeError("an Agent can run only once")
         self._started = True
-        writer = asyncio.create_task(self._writer.run(), name="mesolite-agent-journal")
+        journal = asyncio.create_task(self._reporter.run(), name="mesolite-agent-journal")
         log.info(
             "agent starting",
             master=self._master,
@@ -182,9 +179,9 @@ class Agent:
             self._registered.clear()
             await self._runner.shutdown()
             # What the tasks' ends reported must be on disk for the next start.
-            await self._writer.flush()
-            writer.cancel()
-            await asyncio.gather(writer, return_exceptions=True)
+            await self._reporter.flush()
+            journal.cancel()
+            await asyncio.gather(journal, return_exceptions=True)
             self._done.set()
             log.info("agent stopped", agent_id=self._agent_id)
 
@@ -218,35 +215,16 @@ class Agent:
             load_agent_id, self._work_dir
         )
         _bind_agent_id(self._agent_id)
-        try:
-            pending = await asyncio.to_thread(self._journal.load)
-        except OSError as e:
-            log.error("could not read the status update journal", error=str(e))
-            pending = []
-        ends: dict[tuple[str, str], TaskTransition] = {}
-        for update in pending:
-            status = update.status
-            self._updates.add(status)
-            self._run_of_update[status.update_id] = update.run_id
-            if status.state.is_terminal:
-                ends[(status.framework_id, status.task_id)] = TaskTransition(
-                    status.framework_id,
-                    status.task_id,
-                    status.state,
-                    status.message,
-                    status.exit_code,
-                    update.run_id,
-                )
-        await self._runner.recover(ends)
+        await self._runner.recover(await self._reporter.recover())
         running, ended = self._runner.running_tasks(), self._runner.ended_tasks()
         log.info(
             "recovered from the work dir",
             agent_id=self._agent_id,
             tasks=len(running),
             ended_unacknowledged=len(ended),
-            pending_updates=len(self._updates),
+            pending_updates=len(self._reporter),
         )
-        if self._agent_id is None and (running or ended or len(self._updates)):
+        if self._agent_id is None and (running or ended or len(self._reporter)):
             # Their master knew them under an id we no longer have.
             log.warning("no agent id checkpointed: killing what a previous agent left behind")
             await self._forget_identity()
@@ -306,9 +284,7 @@ class Agent:
         # The master no longer knows these tasks: their updates could not be
         # delivered. The reset waits for the updates just reported (KILLED).
         self._runner.forget_ended()
-        await self._writer.reset()
-        self._updates.clear()
-        self._run_of_update.clear()
+        await self._reporter.forget()
         try:
             await asyncio.to_thread(forget_agent_id, self._work_dir)
         except OSError as e:
@@ -321,38 +297,27 @@ class Agent:
         if self._registered.is_set():
             log.info("stopping: killing tasks and flushing their updates", agent_id=self._agent_id)
             await self._runner.shutdown()
-            flushed = asyncio.create_task(self._wait_flushed())
+            acked = asyncio.create_task(self._reporter.wait_acknowledged())
             await asyncio.wait(
-                {flushed, session}, timeout=self._stop_timeout, return_when=asyncio.FIRST_COMPLETED
+                {acked, session}, timeout=self._stop_timeout, return_when=asyncio.FIRST_COMPLETED
             )
-            flushed.cancel()
-            if self._pending_updates():
-                log.warning("stopping with unacknowledged updates", count=self._pending_updates())
+            acked.cancel()
+            if pending := len(self._reporter):
+                log.warning("stopping with unacknowledged updates", count=pending)
             if self._outbox is not None and not session.done():
                 # Half-close, so the master sees the agent leave, not a broken stream.
-                with contextlib.suppress(asyncio.QueueFull):
-                    self._outbox.put_nowait(None)
+                self._outbox.close()
                 await asyncio.wait({session}, timeout=_HALF_CLOSE_WAIT)
         session.cancel()
         await asyncio.gather(session, return_exceptions=True)
-
-    async def _wait_flushed(self) -> None:
-        while True:
-            self._acked.clear()
-            if not self._pending_updates():
-                return
-            await self._acked.wait()
-
-    def _pending_updates(self) -> int:
-        return len(self._updates) + self._writer.backlog
 
     # One stream.
 
     async def _session(self, stub: Any) -> StreamEnd:
         call = stub.Connect()
-        outbox: Outbox = asyncio.Queue(_OUTBOX_SIZE)
+        outbox = Outbox(_OUTBOX_SIZE)
         self._outbox = outbox
-        helpers = [asyncio.create_task(write_loop(call, outbox))]
+        helpers = [asyncio.create_task(outbox.write_to(call))]
         registered = False
         try:
             tasks = self._registration_tasks()
@@ -380,7 +345,7 @@ class Agent:
             if interval <= 0:
                 interval = DEFAULT_HEARTBEAT_INTERVAL
             helpers.append(asyncio.create_task(heartbeats(outbox, interval)))
-            helpers.append(asyncio.create_task(self._send_updates(outbox)))
+            helpers.append(asyncio.create_task(self._reporter.send(outbox)))
             while (msg := await read_event(call)) is not None:
                 self._handle(wire.event_from_proto(msg))
             return await stream_ended(call, registered)
@@ -413,7 +378,7 @@ class Agent:
                 got=str(event),
             )
             if isinstance(event, wire.LaunchTask):
-                self._report(
+                self._reporter.report(
                     event.framework_id,
                     event.task.task_id,
                     TaskState.FAILED,
@@ -426,26 +391,11 @@ class Agent:
     def _registration_tasks(self) -> list[RunningTask]:
         """The running tasks, then those whose end is not acknowledged yet.
 
-        An ended task is reported so that the master, which may not have heard
-        of its end, does not mark it LOST; the terminal update follows. If the
-        master has heard of it, and has since given its resources to another
-        task, reporting it would claim more than the agent has: such a task is
-        left out, which is safe because the master then already knows it ended.
+        An ended task is reported, with its end state, so that a master that has
+        not heard of its end does not mark it LOST: it holds no resources, and its
+        updates, the end last, are forwarded when they come.
         """
-        tasks = self._runner.running_tasks()
-        used = sum((t.task.resources for t in tasks), EMPTY)
-        for ended in self._runner.ended_tasks():
-            if self._total.contains(used + ended.task.resources):
-                tasks.append(ended)
-                used = used + ended.task.resources
-            else:
-                log.info(
-                    "ended task left out of the registration",
-                    agent_id=self._agent_id,
-                    framework_id=ended.framework_id,
-                    task_id=ended.task.task_id,
-                )
-        return tasks
+        return self._runner.running_tasks() + self._runner.ended_tasks()
 
     async def _on_registered(self, event: wire.Registered) -> None:
         if self._agent_id and event.agent_id != self._agent_id:
@@ -468,14 +418,14 @@ class Agent:
                 log.error(
                     "could not checkpoint the agent id", agent_id=self._agent_id, error=str(e)
                 )
-        self._updates.resend_all()
+        self._reporter.resend_all()
         self._registered.set()
         log.info(
             "registered",
             agent_id=self._agent_id,
             heartbeat_interval=event.heartbeat_interval,
             tasks=len(self._runner.running_tasks()),
-            pending_updates=self._pending_updates(),
+            pending_updates=len(self._reporter),
         )
 
     def _handle(self, event: wire.Event | None) -> None:
@@ -490,7 +440,9 @@ class Agent:
             )
             self._runner.kill(event.framework_id, event.task_id)
         elif isinstance(event, wire.Acknowledge):
-            self._acknowledge(event)
+            run_id = self._reporter.acknowledge(event)
+            if run_id is not None:  # a task's end: the runner can forget that run
+                self._runner.acknowledged_end(event.framework_id, event.task_id, run_id)
         elif isinstance(event, wire.InvalidLaunch):
             log.warning(
                 "launch with an invalid task",
@@ -499,7 +451,7 @@ class Agent:
                 task_id=event.task_id,
                 reason=event.reason,
             )
-            self._report(event.framework_id, event.task_id, TaskState.FAILED, event.reason)
+            self._reporter.report(event.framework_id, event.task_id, TaskState.FAILED, event.reason)
         else:
             log.warning("unexpected event from the master ignored", event=str(event))
 
@@ -509,7 +461,9 @@ class Agent:
             bound.warning("duplicate launch ignored: task is already active")
             return
         if self._stopping.is_set():
-            self._report(framework_id, task.task_id, TaskState.FAILED, "the agent is stopping")
+            self._reporter.report(
+                framework_id, task.task_id, TaskState.FAILED, "the agent is stopping"
+            )
             return
         used = sum((t.task.resources for t in self._runner.running_tasks()), EMPTY)
         if not self._total.contains(used + task.resources):
@@ -518,98 +472,10 @@ class Agent:
                 f"free {self._total - used}"
             )
             bound.warning("launch refused", reason=reason)
-            self._report(framework_id, task.task_id, TaskState.FAILED, reason)
+            self._reporter.report(framework_id, task.task_id, TaskState.FAILED, reason)
             return
         bound.info("launching task", resources=str(task.resources))
         self._runner.launch(framework_id, task)
-
-    # Status updates.
-
-    def _on_transition(self, t: TaskTransition) -> asyncio.Future[None]:
-        return self._report(t.framework_id, t.task_id, t.state, t.message, t.exit_code, t.run_id)
-
-    def _report(
-        self,
-        framework_id: str,
-        task_id: str,
-        state: TaskState,
-        message: str = "",
-        exit_code: int | None = None,
-        run_id: str = "",
-    ) -> asyncio.Future[None]:
-        """Journal a new update; it is queued for sending once durable (`_on_durable`)."""
-        status = TaskStatus(
-            task_id=task_id,
-            framework_id=framework_id,
-            agent_id=self._agent_id or "",
-            state=state,
-            message=message,
-            exit_code=exit_code,
-            timestamp=time.time(),
-            update_id=uuid.uuid4().hex,
-            source=StatusSource.AGENT,
-        )
-        log.info(
-            "status update",
-            agent_id=self._agent_id,
-            framework_id=framework_id,
-            task_id=task_id,
-            update_id=status.update_id,
-            state=state.value,
-            exit_code=exit_code,
-            reason=message,
-        )
-        self._run_of_update[status.update_id] = run_id
-        return self._writer.submit(PendingUpdate(status, run_id))
-
-    def _on_durable(self, update: PendingUpdate) -> None:
-        self._updates.add(update.status)
-        self._updates_changed.set()
-
-    def _acknowledge(self, ack: wire.Acknowledge) -> None:
-        bound = log.bind(
-            agent_id=self._agent_id,
-            framework_id=ack.framework_id,
-            task_id=ack.task_id,
-            update_id=ack.update_id,
-        )
-        acked = self._updates.acknowledge(ack.framework_id, ack.task_id, ack.update_id)
-        if acked is None:
-            bound.info("acknowledgement for no pending update ignored")
-            return
-        bound.info("status update acknowledged", state=acked.state.value)
-        # Not waited for: a lost ack record only means one re-send after a restart.
-        self._writer.submit(Ack(ack.framework_id, ack.task_id, ack.update_id))
-        run_id = self._run_of_update.pop(ack.update_id, "")
-        if acked.state.is_terminal:
-            self._runner.acknowledged_end(ack.framework_id, ack.task_id, run_id)
-        self._updates_changed.set()
-        self._acked.set()
-
-    async def _send_updates(self, outbox: Outbox) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            # Cleared before looking, so a change made while we send is not missed.
-            self._updates_changed.clear()
-            for status in self._updates.take_due(loop.time()):
-                log.debug(
-                    "sending status update",
-                    agent_id=self._agent_id,
-                    framework_id=status.framework_id,
-                    task_id=status.task_id,
-                    update_id=status.update_id,
-                    state=status.state.value,
-                )
-                latest = self._updates.latest_state(status)
-                await outbox.put(wire.status_update_call(status, latest))
-            next_due = self._updates.next_due()
-            timeout = None if next_due is None else max(0.0, next_due - loop.time())
-            # asyncio.timeout, not wait_for: on 3.11 wait_for swallows a cancellation
-            # that comes as the event is set, and the session's end would then wait
-            # forever for this task.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(timeout):
-                    await self._updates_changed.wait()
 
 
 def _bind_agent_id(agent_id: str | None) -> None:

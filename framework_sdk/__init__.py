@@ -63,6 +63,9 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
         tls = TlsConfig.from_dir(args.tls_dir) if args.tls_dir else None
         asyncio.run(Hello(count=3, tls=tls).run(args.master))
 
+`Framework(..., connection=ConnectionConfig(...))` tunes how the subscription is kept
+alive (reconnection delays, timeouts); the defaults suit a real cluster.
+
 Everything the SDK raises derives from `MesoliteError` (mesolite's one error root);
 `FrameworkRejected` means the master refused the subscription and retrying will not
 help (UNAUTHENTICATED included); `InvalidCall` (also a `ValueError`) a call the SDK could
@@ -74,6 +77,7 @@ CN. Without a certificate it passes the CA alone and `token=` (a bearer token), 
 against the master's token port.
 """
 
+from mesolite.framework_sdk._config import ConnectionConfig
 from mesolite.framework_sdk._errors import (
     FrameworkRejected,
     InvalidCall,
@@ -88,6 +92,7 @@ from mesolite.resources import Resources
 from mesolite.tls import TlsConfig
 
 __all__ = [
+    "ConnectionConfig",
     "Framework",
     "FrameworkRejected",
     "InvalidCall",

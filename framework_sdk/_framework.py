@@ -23,8 +23,8 @@ import grpc.aio
 import structlog
 
 from mesolite import convert
-from mesolite.backoff import Backoff
 from mesolite.files import write_atomically
+from mesolite.framework_sdk._config import ConnectionConfig
 from mesolite.framework_sdk._errors import (
     FrameworkRejected,
     InvalidCall,
@@ -72,6 +72,7 @@ _TRANSIENT = frozenset(
 _MISSED_HEARTBEATS = 3
 
 Call = scheduler_pb2.Call
+_DEFAULT_CONNECTION = ConnectionConfig()
 
 
 class Framework:
@@ -83,13 +84,15 @@ class Framework:
     method returns the call id it sent, which an ERROR event (`on_error`) echoes.
     """
 
-    # Reconnection delays double from `reconnect_initial` to `reconnect_max` seconds.
-    reconnect_initial: float = 0.5
-    reconnect_max: float = 30.0
-    # How long to wait for SUBSCRIBED before treating the attempt as failed.
-    subscribe_timeout: float = 10.0
-    # How long stop() lets queued calls reach the master before cancelling the stream.
-    stop_grace: float = 2.0
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # These were class attributes once; set on a subclass they would now do nothing.
+        moved = sorted(set(vars(cls)) & {f.name for f in dataclasses.fields(ConnectionConfig)})
+        if moved:
+            raise TypeError(
+                f"{cls.__name__} sets {', '.join(moved)}: pass "
+                "connection=ConnectionConfig(...) to Framework.__init__ instead"
+            )
 
     def __init__(
         self,
@@ -99,6 +102,7 @@ class Framework:
         framework_id: str | None = None,
         id_file: str | os.PathLike[str] | None = None,
         *,
+        connection: ConnectionConfig = _DEFAULT_CONNECTION,
         tls: TlsConfig | None = None,
         token: str | None = None,
     ) -> None:
@@ -108,6 +112,9 @@ class Framework:
         fails over to its old self, tasks included, within `failover_timeout`.
         Beside it, `<id_file>.shown` lists the update ids already shown to
         `on_update`, so a restarted process does not see them again.
+
+        `connection` says how to keep the subscription alive: reconnection delays,
+        timeouts (`ConnectionConfig`; the defaults suit a real cluster).
 
         `tls` connects over TLS: the master is verified against `tls.ca`, and the
         framework's principal is the CN of `tls.cert` (`TlsConfig.from_dir("certs/framework")`
@@ -120,6 +127,7 @@ class Framework:
         self.name = name
         self.role = role
         self.failover_timeout = failover_timeout
+        self.connection = connection
         self._id_file = Path(id_file) if id_file is not None else None
         if framework_id is None and self._id_file is not None and self._id_file.exists():
             framework_id = self._id_file.read_text().strip() or None
@@ -163,7 +171,7 @@ class Framework:
         if self._run_task is not None:
             raise MesoliteError("run() is already running")
         self._run_task = asyncio.current_task()
-        backoff = Backoff(self.reconnect_initial, self.reconnect_max)
+        backoff = self.connection.reconnect_backoff
         failures = 0  # since the last subscription
         try:
             while not self._stop.is_set():
@@ -350,7 +358,7 @@ class Framework:
         try:
             await stream.send(self._subscribe_call())
             while True:
-                silence = self._max_silence() if subscribed else self.subscribe_timeout
+                silence = self._max_silence() if subscribed else self.connection.subscribe_timeout
                 event = await stream.next_event(silence, self._stop)
                 if event is None:
                     break
@@ -376,7 +384,7 @@ class Framework:
             self._stream = None
             # Offers do not survive the connection: the master rescinds them.
             self._offers.clear()
-            await stream.close(grace=self.stop_grace if self._stop.is_set() else 0.0)
+            await stream.close(grace=self.connection.stop_grace if self._stop.is_set() else 0.0)
         return subscribed
 
     def _max_silence(self) -> float | None:

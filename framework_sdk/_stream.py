@@ -1,6 +1,6 @@
-"""One `Scheduler.Connect` stream: calls go out through a single writer task draining a
-bounded queue (grpc.aio allows one write in flight per call), events come in through
-reads that give up when the master falls silent or the framework is stopping."""
+"""One `Scheduler.Connect` stream: calls go out through its one writer (a `StreamWriter`,
+`mesolite/stream_writer.py`), events come in through reads that give up when the master
+falls silent or the framework is stopping."""
 
 from __future__ import annotations
 
@@ -10,12 +10,10 @@ from typing import Any
 
 import grpc
 import grpc.aio
-import structlog
 
 from mesolite.framework_sdk._errors import NotConnected
+from mesolite.stream_writer import StreamWriter
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
-
-_log = structlog.get_logger(__name__)
 
 QUEUE_SIZE = 1024
 
@@ -27,30 +25,16 @@ class StreamLost(NotConnected):
 class Stream:
     def __init__(self, stub: scheduler_pb2_grpc.SchedulerAsyncStub) -> None:
         self._call: Any = stub.Connect()
-        # None asks the writer to half-close the stream once everything before it is sent.
-        self._queue: asyncio.Queue[scheduler_pb2.Call | None] = asyncio.Queue(QUEUE_SIZE)
-        self._writer = asyncio.create_task(self._write_loop(), name="mesolite-stream-writer")
+        self._calls: StreamWriter[scheduler_pb2.Call] = StreamWriter(QUEUE_SIZE)
+        self._writer = asyncio.create_task(
+            self._calls.write_to(self._call), name="mesolite-stream-writer"
+        )
         self._read: asyncio.Future[Any] | None = None
-        self._write_failed = False
-        self._closing = False
 
     async def send(self, call: scheduler_pb2.Call) -> None:
-        if self._closing:
+        if self._calls.closed:
             raise NotConnected("the stream to the master is closing")
-        await self._queue.put(call)
-
-    async def _write_loop(self) -> None:
-        while (call := await self._queue.get()) is not None:
-            if self._write_failed:
-                continue  # keep draining, so that no sender waits on a queue nobody empties
-            try:
-                await self._call.write(call)
-            except Exception as e:  # whatever it was, this stream can carry no more calls
-                _log.debug("stream write failed", error=repr(e))
-                self._write_failed = True
-        if not self._write_failed:
-            with contextlib.suppress(Exception):
-                await self._call.done_writing()
+        await self._calls.put(call)
 
     async def next_event(
         self, silence: float | None, stop: asyncio.Event
@@ -88,11 +72,12 @@ class Stream:
         """Close the stream. With a grace period, first send what is queued, half-close,
         and give the master that long to end the stream, so that a last call (a teardown,
         an acknowledgement) is read before the stream is cancelled."""
-        self._closing = True
+        # A sender still waiting for room returns: its call is lost with the stream, as
+        # any call in flight on a broken connection is.
+        self._calls.close()
         if grace > 0:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(grace):
-                    await self._queue.put(None)
                     await asyncio.wait({self._writer})
                     await self._drain()
         self._writer.cancel()
@@ -102,10 +87,6 @@ class Stream:
             pending.append(self._read)
         self._call.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        # Wake any sender still waiting for room: its call is lost with the stream, as
-        # any call in flight on a broken connection is.
-        while not self._queue.empty():
-            self._queue.get_nowait()
 
     async def _drain(self) -> None:
         """Discard events until the master ends the stream, however it ends it."""

@@ -152,7 +152,10 @@ class AgentHandling(MasterCore):
             if key not in reported:
                 self._terminate(task, TaskState.LOST, "the agent does not know this task")
         for rt in running:
-            if (rt.framework_id, rt.task.task_id) in agent.tasks:
+            known = agent.tasks.get((rt.framework_id, rt.task.task_id))
+            if known is not None:
+                if rt.state.is_terminal:  # ended while the agent was away
+                    self._end_early(known, rt.state)
                 continue
             framework = self.frameworks.get(rt.framework_id)
             if framework is not None and self._completed_task(framework, rt.task.task_id):
@@ -252,6 +255,9 @@ class AgentHandling(MasterCore):
         until the kill that follows `Registered` has ended it.
         """
         framework = self.frameworks.get(rt.framework_id)
+        if rt.state.is_terminal:
+            self._adopt_ended_task(agent, rt, framework)
+            return
         if framework is None:
             framework = self._stand_in(rt.framework_id)
             log.warning(
@@ -261,16 +267,37 @@ class AgentHandling(MasterCore):
                 task_id=rt.task.task_id,
             )
         spec = with_agent(rt.task, agent.agent_id)
-        # A task that ended while the master was away is reported with its end
-        # state; to the master it runs until that (unacknowledged) update arrives.
-        state = TaskState.RUNNING if rt.state.is_terminal else rt.state
-        task = TaskRecord(spec, rt.framework_id, agent.agent_id, state)
+        task = TaskRecord(spec, rt.framework_id, agent.agent_id, rt.state)
         framework.tasks[spec.task_id] = task
         agent.tasks[(rt.framework_id, spec.task_id)] = task
         self.allocator.grant(rt.framework_id, agent.agent_id, spec.resources)
         self.registry.add_tasks(rt.framework_id, agent.agent_id, [spec])
         log.info(
             "task adopted from agent",
+            agent_id=agent.agent_id,
+            framework_id=rt.framework_id,
+            task_id=spec.task_id,
+            state=rt.state.value,
+        )
+
+    def _adopt_ended_task(
+        self, agent: AgentRecord, rt: RunningTask, framework: FrameworkRecord | None
+    ) -> None:
+        """A task that ended while the master was away, its end not yet acknowledged.
+
+        It holds nothing; its updates, the end last, are forwarded when they come
+        (`end_pending`), so its framework learns how it really ended.
+        """
+        key = (rt.framework_id, rt.task.task_id)
+        if self._placed_on(*key) in (None, agent.agent_id):  # not its id used again
+            self.registry.remove_task(*key)
+        if framework is None:  # nobody to tell: its update is acknowledged as unknown
+            return
+        spec = with_agent(rt.task, agent.agent_id)
+        task = TaskRecord(spec, rt.framework_id, agent.agent_id, rt.state, end_pending=True)
+        self._remember_completed(framework, task)
+        log.info(
+            "ended task reported by agent; its end will be forwarded",
             agent_id=agent.agent_id,
             framework_id=rt.framework_id,
             task_id=spec.task_id,

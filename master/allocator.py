@@ -102,7 +102,6 @@ class _Agent:
 @dataclass(slots=True)
 class _Framework:
     framework_id: str
-    role: str
     agents: set[str] = field(default_factory=set)
     filtered_agents: set[str] = field(default_factory=set)
     connected: bool = True
@@ -190,7 +189,7 @@ class Allocator:
         """Add a framework; returns True when its role did not exist before."""
         if framework_id in self._frameworks:
             raise KeyError(f"framework {framework_id} is already known to the allocator")
-        framework = _Framework(framework_id, role, connected=connected)
+        framework = _Framework(framework_id, connected=connected)
         self._frameworks[framework_id] = framework
         new_role = not self._tree.has_role(role)
         self._tree.add_framework(framework_id, role, framework.wants_offers)

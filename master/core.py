@@ -48,7 +48,7 @@ from mesolite.master.errors import CallRejected
 from mesolite.master.metrics import MasterMetrics
 from mesolite.master.policies import make_policy
 from mesolite.master.registry import Registry, TaskEntry
-from mesolite.master.roles import RolesConfig, load_roles
+from mesolite.master.role_config import RolesConfig, load_roles
 from mesolite.master.state import AgentRecord, FrameworkRecord, OfferRecord, TaskRecord
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
@@ -223,6 +223,14 @@ class MasterCore(abc.ABC):
 
     @abc.abstractmethod
     def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _remember_completed(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _end_early(self, task: TaskRecord, state: TaskState) -> None:
         """master/status_updates.py"""
 
     @abc.abstractmethod

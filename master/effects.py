@@ -34,7 +34,8 @@ class Timers(Protocol):
 
 
 class Peer(Protocol[T_contra]):
-    """A connected agent or framework: messages queued for it, in order."""
+    """A connected agent or framework: messages queued for it, in order (in the process,
+    the stream's `StreamWriter`, `mesolite/stream_writer.py`)."""
 
     def send(self, message: T_contra) -> None: ...
 

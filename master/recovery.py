@@ -40,6 +40,9 @@ Let W be `agent_reregister_timeout`, counted from the master's start.
    acknowledged, so the second master sees what the first acknowledged.
 8. A registry from an older master is migrated in place; one from a newer
    master is refused (`master/registry.py`).
+9. A task that ended while the master was away (its end not yet acknowledged)
+   is reported by its agent in its end state: it holds nothing, is not
+   TASK_LOST, and its updates, the end last, are forwarded when they come.
 """
 
 from __future__ import annotations

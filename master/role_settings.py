@@ -5,7 +5,7 @@ from __future__ import annotations
 from mesolite.master.allocator import RoleSettings
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.fair_share import ShareInput, compute_fair_shares
-from mesolite.master.roles import RolesConfigError, load_roles
+from mesolite.master.role_config import RolesConfigError, load_roles
 from mesolite.resources import Resources
 
 

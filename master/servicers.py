@@ -2,7 +2,7 @@
 
 Thin by design. Each stream has one reader (calls -> `Master` methods, with
 protobuf converted to domain values on the way in) and one writer (the peer's
-`Outbox`, with domain messages converted to protobuf on the way out). Rejected
+outbox, a `StreamWriter`, with domain messages converted to protobuf on the way out). Rejected
 calls become ERROR events; nothing else happens here.
 
 Who calls is settled before a servicer runs: with authentication on, the interceptor
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import grpc
 import grpc.aio
@@ -25,13 +25,16 @@ from mesolite import convert
 from mesolite.master import messages as msg
 from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
-from mesolite.master.outbox import Outbox
 from mesolite.resources import InvalidResources
+from mesolite.stream_writer import StreamWriter
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+
+# How far a peer may fall behind in reading its messages before the master drops it.
+OUTBOX_CAPACITY = 10_000
 
 
 async def _first(requests: AsyncIterator[T]) -> T | None:
@@ -56,7 +59,7 @@ async def _refuse(
 
 
 def _read_into(
-    requests: AsyncIterator[T], handle: Callable[[T], None], outbox: Outbox[object]
+    requests: AsyncIterator[T], handle: Callable[[T], None], outbox: StreamWriter[Any]
 ) -> asyncio.Task[None]:
     """Feed every incoming message to `handle`; close the outbox when the peer stops."""
 
@@ -97,7 +100,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
             )
-        outbox: Outbox[msg.FrameworkMessage] = Outbox()
+        outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
         try:
             info = convert.framework_info_from_proto(first.subscribe.framework_info)
             framework_id = self._master.subscribe(info, outbox, principal=principal)
@@ -111,7 +114,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 return  # replaced by a newer subscription; ignore stale calls
             self._dispatch(framework_id, call, outbox)
 
-        reader = _read_into(request_iterator, handle, outbox)  # type: ignore[arg-type]
+        reader = _read_into(request_iterator, handle, outbox)
         try:
             async for message in outbox.drain():
                 yield _framework_event(message)
@@ -120,7 +123,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             self._master.disconnect_framework(framework_id, outbox)
 
     def _dispatch(
-        self, framework_id: str, call: scheduler_pb2.Call, outbox: Outbox[msg.FrameworkMessage]
+        self,
+        framework_id: str,
+        call: scheduler_pb2.Call,
+        outbox: StreamWriter[msg.FrameworkMessage],
     ) -> None:
         master = self._master
         kind = call.WhichOneof("call")
@@ -213,7 +219,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
         if first.WhichOneof("call") != "register":
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first call must be REGISTER")
         reg = first.register
-        outbox: Outbox[msg.AgentMessage] = Outbox()
+        outbox: StreamWriter[msg.AgentMessage] = StreamWriter(OUTBOX_CAPACITY)
         try:
             total = convert.resources_from_proto(reg.total)
             running = [convert.running_task_from_proto(t) for t in reg.tasks]
@@ -258,7 +264,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             else:
                 log.warning("unexpected agent call", agent_id=agent_id, call=kind)
 
-        reader = _read_into(request_iterator, handle, outbox)  # type: ignore[arg-type]
+        reader = _read_into(request_iterator, handle, outbox)
         try:
             async for message in outbox.drain():
                 yield _agent_event(message)

@@ -71,15 +71,7 @@ class StatusUpdateHandling(MasterCore):
                 and latest_state.is_terminal
                 and not task.state.is_terminal
             ):
-                log.info(
-                    "task ended on the agent; freed before its updates are acknowledged",
-                    framework_id=status.framework_id,
-                    agent_id=agent_id,
-                    task_id=status.task_id,
-                    latest_state=latest_state.value,
-                )
-                task.end_pending = True
-                self._finish(task, latest_state)
+                self._end_early(task, latest_state)
         if task.status is not status:  # applied before this call: the agent retried it
             self.metrics.update_retried()
         if framework is not None and framework.outbox is not None:
@@ -234,6 +226,24 @@ class StatusUpdateHandling(MasterCore):
     def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
         return next((t for t in framework.completed if t.spec.task_id == task_id), None)
 
+    def _end_early(self, task: TaskRecord, state: TaskState) -> None:
+        """The agent says the task ended, but its end update is still queued behind
+        updates the framework has not acknowledged: free it now, forward them later."""
+        task.end_pending = True
+        self._finish(task, state)
+        log.info(
+            "task ended on the agent; freed before its updates are acknowledged",
+            agent_id=task.agent_id,
+            framework_id=task.framework_id,
+            task_id=task.spec.task_id,
+            state=state.value,
+        )
+
+    def _remember_completed(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        framework.completed.append(task)
+        while len(framework.completed) > self.config.completed_tasks_kept:
+            framework.completed.popleft()
+
     def _terminate(self, task: TaskRecord, state: TaskState, reason: str) -> None:
         """End a task on the master's own authority and tell its framework."""
         status = self._master_status(
@@ -257,9 +267,7 @@ class StatusUpdateHandling(MasterCore):
         self.registry.remove_task(task.framework_id, task.spec.task_id)
         framework = self.frameworks[task.framework_id]
         framework.tasks.pop(task.spec.task_id, None)
-        framework.completed.append(task)
-        while len(framework.completed) > self.config.completed_tasks_kept:
-            framework.completed.popleft()
+        self._remember_completed(framework, task)
         agent = self.agents.get(task.agent_id)
         if agent is not None:
             agent.tasks.pop((task.framework_id, task.spec.task_id), None)

@@ -13,7 +13,7 @@ import math
 import re
 from collections.abc import Callable, Container, Mapping, Sequence
 
-from mesolite.master.roles import is_valid_role
+from mesolite.master.role_config import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
 from mesolite.resources import EMPTY, Resources
 
@@ -172,7 +172,7 @@ def agent_registration_problem(
         return "a new agent cannot have tasks"
     if len(running) > MAX_TASKS_PER_AGENT:
         return f"the agent reports {len(running)} tasks, more than {MAX_TASKS_PER_AGENT}"
-    used = sum((t.task.resources for t in running), EMPTY)
+    used = _live_resources(running)
     if not total.contains(used):
         return f"running tasks use {used}, more than the agent's {total}"
     return None
@@ -215,10 +215,18 @@ def reported_tasks_problem(
         seen.add(key)
         if problem := _task_spec_problem(rt.task):
             return problem
-        where = placed_on(*key)
+        # An ended task holds nothing and changes no record: its id may be in use
+        # again, elsewhere.
+        where = None if rt.state.is_terminal else placed_on(*key)
         if where is not None and where != agent_id:
             return f"task {key[1]} of framework {key[0]} runs on agent {where}, not {agent_id}"
-    used = sum((t.task.resources for t in running), EMPTY)
+    used = _live_resources(running)
     if not capacity.contains(used):
         return f"the reported tasks use {used}, more than agent {agent_id}'s {capacity}"
     return None
+
+
+def _live_resources(running: Sequence[RunningTask]) -> Resources:
+    """What the reported tasks hold: those that ended (reported until their end is
+    acknowledged) hold nothing."""
+    return sum((t.task.resources for t in running if not t.state.is_terminal), EMPTY)

@@ -3,8 +3,8 @@
 Every `render_*` function is pure: a `ClusterSnapshot` (mesolite/snapshot.py,
 the types GET /state is written from) in, a rich renderable out (no I/O, no
 clock but the snapshot's own `time`), so each view can be tested from a saved
-state. `mesolite state|agents|frameworks|roles|tasks` (mesolite/cli.py) fetches
-the state, reads it with `ClusterSnapshot.from_json` and prints one of them;
+state. `mesolite state|agents|frameworks|roles|tasks` (mesolite/cli/_views.py)
+fetches the state, reads it with `ClusterSnapshot.from_json` and prints one of them;
 `VIEWS` says which part of the JSON each command's `--json` prints. The views
 show the figures the master derived (health, shares, used, offered); they
 compute none of their own.

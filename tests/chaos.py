@@ -50,7 +50,15 @@ import aiohttp
 
 from mesolite.agent._checkpoint import load_agent_id
 from mesolite.agent._procs import is_alive
-from mesolite.framework_sdk import Framework, Offer, Resources, TaskSpec, TaskState, TaskStatus
+from mesolite.framework_sdk import (
+    ConnectionConfig,
+    Framework,
+    Offer,
+    Resources,
+    TaskSpec,
+    TaskState,
+    TaskStatus,
+)
 from tests.cluster import AgentProcess, MasterProcess, spawn_agent_process
 
 AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"
@@ -82,9 +90,6 @@ class SteadyFramework(Framework):
     A `long_every`-th task is `sleep 300`: it ends only when killed.
     """
 
-    reconnect_initial = 0.1
-    reconnect_max = 1.0
-
     def __init__(
         self,
         name: str,
@@ -94,7 +99,12 @@ class SteadyFramework(Framework):
         failover_timeout: float,
         long_every: int = 0,
     ) -> None:
-        super().__init__(name, failover_timeout=failover_timeout, id_file=id_file)
+        super().__init__(
+            name,
+            failover_timeout=failover_timeout,
+            id_file=id_file,
+            connection=ConnectionConfig(reconnect_initial=0.1, reconnect_max=1.0),
+        )
         self.ledger = ledger
         self.rng = rng
         self.want = 2

@@ -8,14 +8,21 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from mesolite.framework_sdk import Framework, Offer, TaskState, TaskStatus, TlsConfig
+from mesolite.framework_sdk import (
+    ConnectionConfig,
+    Framework,
+    Offer,
+    TaskState,
+    TaskStatus,
+    TlsConfig,
+)
 from tests.waiting import wait_for_condition
+
+# Reconnect fast: tests restart masters and cut connections.
+FAST_RECONNECT = ConnectionConfig(reconnect_initial=0.05, reconnect_max=0.5)
 
 
 class RecordingFramework(Framework):
-    reconnect_initial = 0.05
-    reconnect_max = 0.5
-
     def __init__(
         self,
         name: str = "recorder",
@@ -27,7 +34,16 @@ class RecordingFramework(Framework):
         tls: TlsConfig | None = None,
         token: str | None = None,
     ) -> None:
-        super().__init__(name, role, failover_timeout, framework_id, id_file, tls=tls, token=token)
+        super().__init__(
+            name,
+            role,
+            failover_timeout,
+            framework_id,
+            id_file,
+            connection=FAST_RECONNECT,
+            tls=tls,
+            token=token,
+        )
         self.offers: list[tuple[float, Offer]] = []  # (monotonic time, offer)
         self.updates: list[TaskStatus] = []
         self.errors: list[tuple[str, str]] = []

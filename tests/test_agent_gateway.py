@@ -523,15 +523,19 @@ async def test_ended_task_is_reregistered_until_its_end_is_acknowledged(
 
     master.end_stream()
     register = (await master.wait_streams(2)).register
-    # The master may not have heard of the end: told of the task, it does not
-    # mark it lost, and the re-sent FINISHED says how it ended.
+    # The master may not have heard of the end: told of the task and how it ended,
+    # it does not mark it lost, and forwards the re-sent FINISHED.
     [ended] = [convert.running_task_from_proto(t) for t in register.tasks]
-    assert (ended.task.task_id, ended.state) == ("done", TaskState.RUNNING)
+    assert (ended.task.task_id, ended.state) == ("done", TaskState.FINISHED)
 
-    # A master that heard of the end may give its resources to another task;
-    # then reporting it would claim more than the agent has, so it is left out.
+    # A master that heard of the end may give its resources to another task; the
+    # ended task holds none, so it is still reported beside it.
     master.launch(task("next", "sleep 30", cpus=1.5))
     await master.wait_state("next", TaskState.RUNNING)
     master.end_stream()
     register = (await master.wait_streams(3)).register
-    assert [t.task.task_id for t in register.tasks] == ["next"]
+    reported = [convert.running_task_from_proto(t) for t in register.tasks]
+    assert [(t.task.task_id, t.state) for t in reported] == [
+        ("next", TaskState.RUNNING),
+        ("done", TaskState.FINISHED),
+    ]

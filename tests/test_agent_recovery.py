@@ -165,7 +165,7 @@ async def test_task_that_ended_while_the_agent_was_down_reports_its_exit_code(
     record = await wait_checkpointed(sandbox, "TASK_FAILED")
     assert record["exit_code"] == 3
     # Until its end is acknowledged, the master is told about it on registration.
-    assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.RUNNING)]
+    assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.FAILED)]
     runner.acknowledged_end(FW, "t1", "another-run")
     assert runner.ended_tasks() != []
     runner.acknowledged_end(FW, "t1", "run-1")
@@ -238,7 +238,7 @@ async def test_task_whose_wrapper_never_started_is_lost(
     final = await recorder.wait_final("t1")
     assert final.state is TaskState.LOST
     assert final.message == "the agent stopped before the task could start"
-    assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.STARTING)]
+    assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.LOST)]
 
 
 async def test_a_wrapper_that_has_not_recorded_its_pid_yet_is_found(
@@ -273,7 +273,7 @@ async def test_an_end_already_journaled_is_not_reported_again(
 
     assert recorder.transitions == []
     assert runner.running_tasks() == []
-    assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.RUNNING)]
+    assert runner.ended_tasks() == [RunningTask(FW, spec("t1"), TaskState.FAILED)]
     record = checkpoint(sandbox)
     assert (record["state"], record["exit_code"]) == ("TASK_FAILED", 3)
 
@@ -443,9 +443,9 @@ async def test_the_next_agent_on_the_work_dir_keeps_the_id_and_resends_updates(
         async with second:
             register = (await master.wait_streams(2)).register
             assert register.agent_id == "agent-1"
-            # Ended, end unacknowledged: reported in its last live state.
+            # Ended, end unacknowledged: reported in its end state (it holds nothing).
             [reported] = [convert.running_task_from_proto(t) for t in register.tasks]
-            assert (reported.task.task_id, reported.state) == ("t1", TaskState.RUNNING)
+            assert (reported.task.task_id, reported.state) == ("t1", TaskState.FINISHED)
             await master.wait_state("t1", TaskState.FINISHED)
             after_restart = [r.status for r in master.updates if r.stream == 1]
             assert after_restart[0].update_id == starting.update_id  # the same update

@@ -17,8 +17,7 @@ import pytest
 from rich.console import Console, RenderableType
 
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
-from mesolite.resources import EMPTY
-from mesolite.snapshot import ClusterSnapshot, FrameworkSnapshot, TaskSnapshot
+from mesolite.snapshot import ClusterSnapshot, TaskSnapshot
 from mesolite.views import (
     VIEWS,
     fmt_duration,
@@ -30,7 +29,7 @@ from mesolite.views import (
 )
 from tests.cluster import LocalCluster, fast, free_port
 from tests.recording import RecordingFramework, running
-from tests.snapshots import agent, empty_snapshot
+from tests.support.snapshots import agent, empty_snapshot, framework_snapshot
 from tests.waiting import within
 
 ROLES = """
@@ -133,24 +132,7 @@ def test_views_of_an_empty_and_a_troubled_cluster() -> None:
     assert "no agents registered" in overview and "no frameworks registered" in overview
     assert "no running tasks" in text(render_tasks(empty))
 
-    away = FrameworkSnapshot(
-        id="f-away",
-        name="away",
-        role="*",
-        weight=1.0,
-        connected=False,
-        suppressed=False,
-        removing=False,
-        failover_timeout=60.0,
-        allocated=EMPTY,
-        used=EMPTY,
-        offered=EMPTY,
-        dominant_share=0.0,
-        weighted_dominant_share=0.0,
-        running_tasks=0,
-        completed_tasks=0,
-        registered_at=0.0,
-    )
+    away = framework_snapshot(id="f-away", name="away", connected=False, failover_timeout=60.0)
     # A task whose framework and agent the state does not list: shown by id.
     orphan = TaskSnapshot("t1", "", "f-x", "a-x", TaskState.STAGING, Resources(cpus=0.5))
     troubled = empty_snapshot(

@@ -24,8 +24,8 @@ import pytest
 from mesolite.lab.demo_scenario import AGENT_RESOURCES, JOBS, phases
 from mesolite.lab.demo_table import NOTHING, DemoSample, Measured, measure, settled
 from mesolite.resources import EMPTY, Resources
-from mesolite.snapshot import ClusterTotals, FrameworkSnapshot
-from tests.snapshots import empty_snapshot
+from mesolite.snapshot import ClusterTotals
+from tests.support.snapshots import empty_snapshot, framework_snapshot
 from tests.waiting import within
 
 CLUSTER = AGENT_RESOURCES + AGENT_RESOURCES + AGENT_RESOURCES
@@ -73,23 +73,15 @@ def test_phases_scale_with_the_duration_and_say_what_happens() -> None:
 
 @pytest.mark.unit
 def test_shares_are_measured_from_what_the_tasks_hold() -> None:
-    memory_heavy = FrameworkSnapshot(
+    memory_heavy = framework_snapshot(
         id="F1",
         name="memory-heavy",
-        role="*",
-        weight=1.0,
-        connected=True,
-        suppressed=False,
-        removing=False,
-        failover_timeout=0.0,
         allocated=Resources(cpus=12, mem=61440),
         used=Resources(cpus=10, mem=61440),
         offered=Resources(cpus=2),
         dominant_share=2 / 3,
         weighted_dominant_share=2 / 3,
         running_tasks=10,
-        completed_tasks=0,
-        registered_at=0.0,
         used_dominant_share=2 / 3,
     )
     total = Resources(cpus=30, mem=92160)

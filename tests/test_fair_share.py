@@ -26,7 +26,7 @@ from mesolite.master.fair_share import (
     compute_fair_shares,
     role_tree,
 )
-from mesolite.master.roles import parse_roles
+from mesolite.master.role_config import parse_roles
 from mesolite.resources import Resources
 
 # Amounts are compared in thousandths, as Resources keeps them.

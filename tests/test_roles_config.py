@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from mesolite.master.roles import (
+from mesolite.master.role_config import (
     Amount,
     RolesConfig,
     RolesConfigError,
@@ -268,9 +268,9 @@ def test_a_mixed_kind_guarantee_above_a_limit_is_judged_at_resolve() -> None:
 
 
 def test_public_names() -> None:
-    import mesolite.master.roles
+    import mesolite.master.role_config
 
-    assert sorted(mesolite.master.roles.__all__) == [
+    assert sorted(mesolite.master.role_config.__all__) == [
         "Amount",
         "DEFAULT_ROLE",
         "Resolved",

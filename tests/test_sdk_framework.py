@@ -11,6 +11,7 @@ import pytest
 import structlog.testing
 
 from mesolite.framework_sdk import (
+    ConnectionConfig,
     Framework,
     FrameworkRejected,
     MesoliteError,
@@ -26,17 +27,14 @@ from tests.test_sdk_fake_master import FakeMaster, fake_master, running
 from tests.waiting import wait_for_condition, within
 
 Event = scheduler_pb2.Event
+FAST = ConnectionConfig(reconnect_initial=0.01, reconnect_max=0.05, stop_grace=1.0)
 
 
 class Recorder(Framework):
     """Records every callback as (name, args...); on_update can be held on an event."""
 
-    reconnect_initial = 0.01
-    reconnect_max = 0.05
-    stop_grace = 1.0
-
     def __init__(self, **kwargs: Any) -> None:
-        super().__init__(name="recorder", **kwargs)
+        super().__init__(name="recorder", connection=FAST, **kwargs)
         self.events: list[tuple[Any, ...]] = []
         self.hold_updates: asyncio.Event | None = None
 

@@ -6,6 +6,8 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 from mesolite import framework_sdk
 from mesolite.backoff import Backoff
 from mesolite.framework_sdk import Framework, new_task_id
@@ -16,6 +18,7 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def test_the_public_names_are_pinned() -> None:
     assert framework_sdk.__all__ == [
+        "ConnectionConfig",
         "Framework",
         "FrameworkRejected",
         "InvalidCall",
@@ -56,13 +59,9 @@ def test_the_framework_api_is_pinned() -> None:
         "on_update",
         "outstanding_offers",
         "reconcile",
-        "reconnect_initial",
-        "reconnect_max",
         "revive",
         "run",
         "stop",
-        "stop_grace",
-        "subscribe_timeout",
         "suppress",
         "teardown",
     ]
@@ -70,6 +69,23 @@ def test_the_framework_api_is_pinned() -> None:
         member = getattr(Framework, name)
         if callable(member):
             assert inspect.iscoroutinefunction(member), name
+
+
+def test_connection_settings_are_one_object_with_the_old_defaults() -> None:
+    connection = framework_sdk.ConnectionConfig()
+    assert (connection.reconnect_initial, connection.reconnect_max) == (0.5, 30.0)
+    assert (connection.subscribe_timeout, connection.stop_grace) == (10.0, 2.0)
+    assert connection.reconnect_backoff == Backoff(0.5, 30.0)
+    assert Framework("f").connection == connection
+    fast = framework_sdk.ConnectionConfig(reconnect_initial=0.01, reconnect_max=0.1)
+    assert Framework("f", connection=fast).connection is fast
+
+
+def test_a_subclass_setting_a_connection_attribute_is_told_where_it_went() -> None:
+    with pytest.raises(TypeError, match="reconnect_max: pass connection=ConnectionConfig"):
+
+        class Old(Framework):
+            reconnect_max = 1.0
 
 
 def test_the_docstring_example_is_examples_hello_framework() -> None:

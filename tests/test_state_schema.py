@@ -17,7 +17,7 @@ from mesolite.master.read_model import build_snapshot
 from mesolite.snapshot import ClusterSnapshot, DocumentError, state_json_schema
 from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running
-from tests.snapshots import agent, empty_snapshot
+from tests.support.snapshots import agent, empty_snapshot, framework_snapshot
 from tests.waiting import wait_for_condition
 
 SCHEMA_FILE = Path(__file__).resolve().parent.parent / "docs" / "state.schema.json"
@@ -141,24 +141,6 @@ WRONG: dict[str, Callable[[dict[str, Any]], None]] = {
 @pytest.mark.unit
 @pytest.mark.parametrize("where", list(WRONG))
 def test_wrong_documents_are_rejected(where: str) -> None:
-    framework = {
-        "id": "f1",
-        "name": "f",
-        "role": "*",
-        "weight": 1.0,
-        "connected": True,
-        "suppressed": False,
-        "removing": False,
-        "failover_timeout": 0.0,
-        "allocated": {},
-        "used": {},
-        "offered": {},
-        "dominant_share": 0.0,
-        "weighted_dominant_share": 0.0,
-        "running_tasks": 1,
-        "completed_tasks": 0,
-        "registered_at": 0.0,
-    }
     task = {
         "id": "t1",
         "name": "",
@@ -168,9 +150,9 @@ def test_wrong_documents_are_rejected(where: str) -> None:
         "resources": {"cpus": 1.0},
     }
     offer = {"id": "o1", "framework_id": "f1", "agent_id": "a1", "resources": {"cpus": 1.0}}
+    framework = framework_snapshot(name="f", running_tasks=1)
     document = {
-        **empty_snapshot(agents=(agent("a1"),)).to_json(),
-        "frameworks": [framework],
+        **empty_snapshot(agents=(agent("a1"),), frameworks=(framework,)).to_json(),
         "tasks": [task],
         "offers": [offer],
     }

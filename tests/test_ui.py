@@ -28,7 +28,7 @@ from mesolite.master.ui_routes import StateBroadcaster, broadcaster
 from mesolite.sandbox_protocol import DEFAULT_LENGTH, OFFSET_HEADER, SIZE_HEADER
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
-from tests.snapshots import empty_snapshot
+from tests.support.snapshots import empty_snapshot
 from tests.waiting import wait_for_condition, within
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mesolite.resources import EMPTY, Resources
-from mesolite.snapshot import AgentSnapshot, ClusterSnapshot, ClusterTotals
+from mesolite.snapshot import AgentSnapshot, ClusterSnapshot, ClusterTotals, FrameworkSnapshot
 
 
 def empty_snapshot(**changes: Any) -> ClusterSnapshot:
@@ -42,3 +42,26 @@ def agent(agent_id: str, *, connected: bool = True, healthy: bool = True) -> Age
         running_tasks=0,
         registered_at=0.0,
     )
+
+
+def framework_snapshot(**changes: Any) -> FrameworkSnapshot:
+    """A connected framework "f1" in role `*`, holding nothing; `changes` replace fields."""
+    fields: dict[str, Any] = {
+        "id": "f1",
+        "name": "f1",
+        "role": "*",
+        "weight": 1.0,
+        "connected": True,
+        "suppressed": False,
+        "removing": False,
+        "failover_timeout": 0.0,
+        "allocated": EMPTY,
+        "used": EMPTY,
+        "offered": EMPTY,
+        "dominant_share": 0.0,
+        "weighted_dominant_share": 0.0,
+        "running_tasks": 0,
+        "completed_tasks": 0,
+        "registered_at": 0.0,
+    }
+    return FrameworkSnapshot(**(fields | changes))

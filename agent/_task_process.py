@@ -1,0 +1,287 @@
+"""One run of a task as a process: start its wrapper or, after an agent restart, find
+it and re-attach; wait for it and read how it ended; kill it. Which tasks exist, and
+what becomes of their transitions, is the task runner's business (`agent/tasks.py`).
+
+A task is ``/bin/sh -c <command>`` run by a task wrapper (`agent._task_wrapper`)
+that the agent starts in a new session: the wrapper leads the task's process
+group, so a kill reaches everything the command spawned, and it writes the
+command's exit status to the sandbox (`exit.json`), so the status survives the
+agent. A kill is SIGTERM to the group, then SIGKILL after the grace period. A
+process killed by signal N reports exit code 128 + N, as a shell would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import structlog
+
+from mesolite.agent import _task_wrapper
+from mesolite.agent._checkpoint import read_json
+from mesolite.agent._procs import (
+    find_process,
+    is_alive,
+    process_start_time,
+    signal_group,
+    wait_for_exit,
+    wait_readable,
+)
+from mesolite.agent._task_records import (
+    EXIT_FILE,
+    WRAPPER_FILE,
+    TaskRun,
+    TaskTransition,
+    describe_exit,
+    prepare_sandbox,
+    returncode_of,
+    write_checkpoint,
+)
+from mesolite.model import TaskState
+
+log = structlog.get_logger("mesolite.agent.tasks")
+
+# Run by path with -I: fast to start, and no import of this package (grpc and all).
+_WRAPPER = Path(_task_wrapper.__file__).absolute()
+
+
+class TaskProcesses:
+    """Starts, re-attaches to and kills the wrapper processes of task runs.
+
+    `report` hears of a run's live transitions as they happen (RUNNING); `run`
+    returns its terminal one.
+    """
+
+    def __init__(
+        self,
+        report: Callable[[TaskTransition], object],
+        *,
+        shell: str,
+        kill_grace_period: float,
+    ) -> None:
+        self._report = report
+        self._shell = shell
+        self._grace = kill_grace_period
+
+    async def run(self, t: TaskRun) -> TaskTransition:
+        """Run `t` to its end, or, recovered, watch it to its end; returns how it ended."""
+        return await (self._watch(t) if t.recovered else self._execute(t))
+
+    async def _execute(self, t: TaskRun) -> TaskTransition:
+        """Run the task to its end and return its terminal transition."""
+        try:
+            stdout, stderr = await asyncio.to_thread(prepare_sandbox, t.sandbox)
+        except OSError as e:
+            return t.transition(TaskState.FAILED, f"could not create the sandbox: {e}")
+        t.sandbox_ready = True
+        try:
+            # Before the wrapper exists: a restarted agent then knows the run
+            # never got going, rather than finding nothing at all.
+            await write_checkpoint(t)
+            if t.kill_requested:
+                return t.transition(TaskState.KILLED, "killed before it started")
+            ready_read, ready_write = os.pipe()
+            try:
+                t.process = await asyncio.create_subprocess_exec(
+                    *self._wrapper_argv(t),
+                    "--ready-fd",
+                    str(ready_write),
+                    "--",
+                    self._shell,
+                    "-c",
+                    t.spec.command,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=stdout,
+                    stderr=stderr,
+                    cwd=t.sandbox,
+                    env=self._environment(t),
+                    start_new_session=True,
+                    pass_fds=(ready_write,),
+                )
+            except BaseException:
+                os.close(ready_read)
+                raise
+            finally:
+                os.close(ready_write)
+        except (OSError, ValueError) as e:
+            return t.transition(TaskState.FAILED, f"could not start the command: {e}")
+        finally:
+            stdout.close()
+            stderr.close()
+        # Our unreaped child, so its /proc entry is there to read.
+        t.start_time = process_start_time(t.process.pid)
+        try:
+            # The pid on disk at once: a restarted agent must find the wrapper.
+            await write_checkpoint(t)
+        except BaseException:
+            os.close(ready_read)
+            raise
+        ready = await _wait_ready(ready_read)
+        # Only now may a kill signal the group: before its handlers are in place,
+        # a SIGTERM would end the wrapper before it could record anything.
+        t.pid = t.process.pid
+        if ready:
+            t.started = time.time()
+            t.state = t.live_state = TaskState.RUNNING
+            await write_checkpoint(t)
+            log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+            self._report(t.transition(TaskState.RUNNING))
+            if t.kill_requested:
+                self._start_escalation(t)
+        returncode = await t.process.wait()
+        t.exited.set()
+        return await self._outcome(t, returncode, ended_while_down=False)
+
+    async def _watch(self, t: TaskRun) -> TaskTransition:
+        """A recovered task: wait for its wrapper if it still runs; return how it ended."""
+        bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+        if t.pid is None:
+            # The agent died before checkpointing the pid: the wrapper may have
+            # written its own, or be about to (it starts in its own session and
+            # outlived the agent), or never have been started.
+            found = await self._find_wrapper(t)
+            if found is None:
+                if t.kill_requested:
+                    return t.transition(TaskState.KILLED, "killed before it started")
+                return t.transition(TaskState.LOST, "the agent stopped before the task could start")
+            t.pid, t.start_time = found
+            bound = bound.bind(pid=t.pid)
+            await write_checkpoint(t)
+        if t.start_time is not None and is_alive(t.pid, t.start_time):
+            bound.info("re-attached to a running task")
+            if t.live_state is TaskState.STARTING:
+                # The previous agent died before it could say so.
+                t.state = t.live_state = TaskState.RUNNING
+                await write_checkpoint(t)
+                self._report(t.transition(TaskState.RUNNING))
+            if t.kill_requested:
+                bound.info("resuming the kill that was under way")
+                self._start_escalation(t)
+            await wait_for_exit(t.pid, t.start_time)
+            t.exited.set()
+            return await self._outcome(t, None, ended_while_down=False)
+        t.exited.set()
+        bound.info("the task ended while the agent was down")
+        return await self._outcome(t, None, ended_while_down=True)
+
+    async def _find_wrapper(self, t: TaskRun) -> tuple[int, int] | None:
+        """(pid, start time) of a task's wrapper that the last agent did not checkpoint."""
+        for _ in range(2):
+            try:
+                wrapper = await asyncio.to_thread(read_json, t.sandbox / WRAPPER_FILE)
+            except (OSError, ValueError):
+                wrapper = None
+            if wrapper is not None:
+                return int(wrapper["pid"]), int(wrapper["start_time"])
+            # Not written yet: is the wrapper running, still on its way to writing it?
+            pid = await asyncio.to_thread(find_process, self._wrapper_argv(t))
+            if pid is None:
+                return None
+            start_time = process_start_time(pid)
+            if start_time is not None:
+                log.info("found the wrapper of a task caught starting", task_id=t.spec.task_id)
+                return pid, start_time
+        return None
+
+    @staticmethod
+    def _wrapper_argv(t: TaskRun) -> list[str]:
+        return [sys.executable, "-I", str(_WRAPPER), str(t.sandbox)]
+
+    async def _outcome(
+        self, t: TaskRun, wrapper_returncode: int | None, *, ended_while_down: bool
+    ) -> TaskTransition:
+        """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
+        assert t.pid is not None
+        try:
+            record = await asyncio.to_thread(read_json, t.sandbox / EXIT_FILE)
+        except (OSError, ValueError) as e:
+            log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
+            record = None
+        returncode = returncode_of(record)
+        wrapper_cleaned_up = record is not None and (returncode is not None or "error" in record)
+        # Unless the wrapper ended its process group itself, do it for it; but not
+        # when the pid names a live process again (then the group is not ours).
+        if not wrapper_cleaned_up and process_start_time(t.pid) is None:
+            signal_group(t.pid, signal.SIGKILL)
+        if record is not None and "error" in record:
+            return t.transition(TaskState.FAILED, f"could not start the command: {record['error']}")
+        if returncode is None and t.sigkilled:
+            returncode = -signal.SIGKILL  # the group was SIGKILLed, wrapper included
+        if returncode is not None:
+            exit_code, how = describe_exit(returncode)
+            if t.kill_requested:
+                if t.sigkilled:
+                    how += f" (still alive {self._grace:g} s after SIGTERM)"
+                return t.transition(TaskState.KILLED, f"killed on request: {how}", exit_code)
+            state = TaskState.FINISHED if returncode == 0 else TaskState.FAILED
+            return t.transition(state, how, exit_code)
+        if ended_while_down:
+            why = "the task's wrapper died while the agent was down"
+        elif wrapper_returncode is not None:
+            how = describe_exit(wrapper_returncode)[1].replace("command", "wrapper")
+            why = f"the task's wrapper ended without recording an exit status: {how}"
+        else:
+            why = "the task's wrapper ended without recording an exit status"
+        if t.kill_requested:
+            return t.transition(TaskState.KILLED, f"killed on request: {why}")
+        return t.transition(TaskState.FAILED, why)
+
+    def _environment(self, t: TaskRun) -> dict[str, str]:
+        env = {**os.environ, **t.spec.environment}
+        # Set last so a task cannot be misled about where and what it is.
+        env["MESOLITE_FRAMEWORK_ID"] = t.framework_id
+        env["MESOLITE_TASK_ID"] = t.spec.task_id
+        env["MESOLITE_SANDBOX"] = str(t.sandbox)
+        if t.spec.agent_id:
+            env["MESOLITE_AGENT_ID"] = t.spec.agent_id
+        return env
+
+    def request_kill(self, t: TaskRun) -> None:
+        bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id)
+        if t.kill_requested:
+            bound.info("kill already in progress")
+            return
+        t.kill_requested = True
+        bound.info("kill requested", state=t.state.value)
+        if t.pid is not None:
+            self._start_escalation(t)
+        # Otherwise the task is still starting: `_execute` checks the flag.
+
+    def _start_escalation(self, t: TaskRun) -> None:
+        if t.escalation is None and not t.exited.is_set():
+            t.escalation = asyncio.create_task(self._escalate(t))
+
+    async def _escalate(self, t: TaskRun) -> None:
+        assert t.pid is not None
+        pid = t.pid
+        bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=pid)
+        # `killing` on disk first, so that an agent restarted after the signal
+        # reports the end as KILLED, not as a failure.
+        await write_checkpoint(t)
+        if t.exited.is_set():
+            return
+        bound.info("sending SIGTERM to the task's process group")
+        signal_group(pid, signal.SIGTERM)
+        try:
+            async with asyncio.timeout(self._grace):
+                await t.exited.wait()
+        except TimeoutError:
+            bound.warning("task outlived its grace period; sending SIGKILL", grace=self._grace)
+            t.sigkilled = True
+            signal_group(pid, signal.SIGKILL)
+
+
+async def _wait_ready(fd: int) -> bool:
+    """Whether the wrapper said on `fd` that the command runs; closes `fd`."""
+    try:
+        await wait_readable(fd)
+        return bool(os.read(fd, 64))
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

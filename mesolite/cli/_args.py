@@ -1,0 +1,357 @@
+"""The `mesolite` command line: its subcommands, their options, and the parsing of
+option values. Defaults come from the processes' config objects, never restated here."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from mesolite import tls_options
+from mesolite.lab.demo_scenario import AGENT_RESOURCES
+from mesolite.master.config import MasterConfig
+from mesolite.master.policies import POLICIES
+from mesolite.resources import InvalidResources, Resources
+from mesolite.views import VIEWS
+
+MASTER = MasterConfig()
+_DESCRIPTION = (
+    "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
+    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py); make a\n"
+    "cluster's certificates (`mesolite certs init DIR`)."
+)
+
+
+def _parse_weights(text: str) -> dict[str, float]:
+    """Mesos' --weights format: ``role1=2,role2=0.5``."""
+    weights: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        role, sep, value = part.partition("=")
+        try:
+            weight = float(value)
+        except ValueError:
+            weight = float("nan")
+        if not sep or not role or not weight > 0 or weight == float("inf"):
+            raise argparse.ArgumentTypeError(
+                f"expected ROLE=WEIGHT with a positive weight, got {part!r}"
+            )
+        weights[role] = weight
+    return weights
+
+
+def _parse_resources(text: str) -> Resources:
+    try:
+        resources = Resources.parse(text)
+    except InvalidResources as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    if resources.is_empty():
+        raise argparse.ArgumentTypeError("no resources given")
+    return resources
+
+
+def _parse_agent_resources(text: str) -> tuple[Resources, set[str]]:
+    """The resources given, and every name given (zero amounts included)."""
+    resources = _parse_resources(text)
+    named = {part.partition(":")[0].strip() for part in text.split(";") if part.strip()}
+    return resources, named
+
+
+def _parse_attributes(text: str) -> dict[str, str]:
+    attributes: dict[str, str] = {}
+    for part in filter(None, (p.strip() for p in text.split(";"))):
+        name, sep, value = part.partition(":")
+        if not sep or not name:
+            raise argparse.ArgumentTypeError(f"expected NAME:VALUE, got {part!r}")
+        attributes[name.strip()] = value.strip()
+    return attributes
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mesolite", description=_DESCRIPTION)
+    parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    m = sub.add_parser("master", help="run a master")
+    m.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    m.add_argument("--port", type=int, default=5050, help="gRPC port (0: any free port)")
+    m.add_argument(
+        "--http-port", type=int, default=5051, help="HTTP port for /state and the web UI"
+    )
+    m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
+    m.add_argument(
+        "--allocation-interval", type=_positive, default=MASTER.allocation_interval, metavar="S"
+    )
+    m.add_argument("--offer-timeout", type=_positive, default=MASTER.offer_timeout, metavar="S")
+    m.add_argument(
+        "--agent-timeout",
+        type=_positive,
+        default=MASTER.agent_timeout,
+        metavar="S",
+        help="remove an agent silent for this long",
+    )
+    m.add_argument(
+        "--weights",
+        type=_parse_weights,
+        default={},
+        metavar="ROLE=W,...",
+        help="role weights, e.g. eng=2,ops=1",
+    )
+    m.add_argument(
+        "--agent-reregister-timeout",
+        type=_positive,
+        default=MASTER.agent_reregister_timeout,
+        metavar="S",
+        help="after a restart, agents not back within this are removed and their tasks lost "
+        "(keep it above the agents' 10 s longest reconnect backoff); frameworks get this plus "
+        "their failover timeout to re-subscribe",
+    )
+    m.add_argument(
+        "--check-invariants",
+        action="store_true",
+        help="verify the bookkeeping after every step (slow; for tests)",
+    )
+    m.add_argument(
+        "--roles",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="roles file (TOML): weights, guarantees and limits; reloaded on SIGHUP",
+    )
+    m.add_argument(
+        "--acls",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="ACL file (JSON, as Mesos' --acls): who may register frameworks in which roles, "
+        "register agents, view state, read sandboxes; reloaded on SIGHUP",
+    )
+    m.add_argument(
+        "--policy",
+        choices=POLICIES,
+        default=MASTER.policy,
+        help="how shares are measured: dominant share, asset sum, or slots",
+    )
+    _add_master_security(m)
+
+    a = sub.add_parser("agent", help="run an agent")
+    a.add_argument("--master", required=True, metavar="HOST:PORT")
+    a.add_argument(
+        "--resources",
+        type=_parse_agent_resources,
+        default=None,
+        metavar='"cpus:4;mem:14336"',
+        help="default: this machine's CPUs and memory",
+    )
+    a.add_argument("--attributes", type=_parse_attributes, default={}, metavar='"rack:r1"')
+    a.add_argument("--work-dir", type=Path, default=Path("work-dirs/agent"))
+    a.add_argument("--hostname", default=None, help="default: this machine's host name")
+    a.add_argument(
+        "--http-host",
+        default=None,
+        metavar="HOST",
+        help="where to serve task sandboxes to the master's web UI "
+        "(default: the address this machine reaches the master from)",
+    )
+    a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
+    tls_options.add_client_options(a)
+    a.add_argument(
+        "--master-principal",
+        default="master",
+        metavar="NAME",
+        help="with TLS, the only principal the sandbox server answers (the master's CN)",
+    )
+    a.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow serving sandboxes on a non-loopback address without TLS",
+    )
+
+    d = sub.add_parser(
+        "demo",
+        help="a local cluster and three jobs: watch DRF shift the shares as jobs come and go",
+        description="One master, three agents and three jobs in this process. Two jobs "
+        "share the cluster, a third joins a third of the way in, one finishes two thirds "
+        "in; a live table shows each job's shares beside the split DRF should reach. "
+        "Logs go to files under --work-dir.",
+    )
+    d.add_argument("--agents", type=int, default=3)
+    d.add_argument(
+        "--agent-resources",
+        type=_parse_resources,
+        default=AGENT_RESOURCES,
+        metavar='"cpus:10;mem:30720"',
+    )
+    d.add_argument(
+        "--duration",
+        type=_positive,
+        default=60.0,
+        metavar="S",
+        help="how long to run; each of the three phases is a third of it",
+    )
+    d.add_argument(
+        "--task-seconds",
+        type=_positive,
+        default=None,
+        metavar="S",
+        help="average task length (default: duration/20, between 2 and 3)",
+    )
+    d.add_argument("--work-dir", type=Path, default=Path("work-dirs/demo"))
+    d.add_argument(
+        "--http-port", type=int, default=5051, help="the web UI's port (taken: any free port)"
+    )
+
+    _add_certs(sub)
+
+    x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
+    xs = x.add_subparsers(dest="experiment", required=True)
+    e = xs.add_parser(
+        "dynamic-sharing",
+        help="two jobs whose task sizes change in three phases, on 48 agents (logs at warning)",
+    )
+    e.add_argument(
+        "--policy",
+        choices=(*POLICIES, "all"),
+        default="drf",
+        help="all: run every policy in turn and draw the comparison",
+    )
+    e.add_argument(
+        "--minutes-per-phase",
+        type=_positive,
+        metavar="F",
+        help="length of each phase (the paper's were 2; default 1/3: 20 s)",
+    )
+    e.add_argument("--out", type=Path, default=Path("docs/experiment"), metavar="DIR")
+    e.add_argument("--agents", type=int, default=48)
+    e.add_argument(
+        "--task-seconds",
+        type=_positive,
+        nargs=2,
+        metavar=("MIN", "MAX"),
+        help="each task sleeps between MIN and MAX seconds (default 4 8)",
+    )
+    e.add_argument(
+        "--hold-seconds",
+        type=float,
+        metavar="S",
+        help="how long a job keeps an offer too small for a task (default 2; 0: decline)",
+    )
+    e.add_argument("--seed", type=int, default=1)
+
+    for name, view in VIEWS.items():
+        s = sub.add_parser(name, help=view.help)
+        s.add_argument(
+            "--master",
+            default="127.0.0.1:5051",
+            metavar="HOST:HTTP_PORT",
+            help="the master's HTTP address (its --http-port)",
+        )
+        s.add_argument("--json", action="store_true", help=f"print the raw JSON of {view.json}")
+        s.add_argument(
+            "--watch",
+            nargs="?",
+            const=2.0,
+            type=_positive,
+            metavar="SECONDS",
+            help="show it again every SECONDS (default 2) until Ctrl-C",
+        )
+        tls_options.add_client_options(s)
+    return parser
+
+
+def _add_master_security(m: argparse.ArgumentParser) -> None:
+    t = m.add_argument_group(
+        "TLS and authentication",
+        "With TLS both ports are encrypted and every call must come from a principal: a "
+        "client certificate from the CA (its CN), or a bearer token from --credentials.",
+    )
+    tls_options.add_file_options(
+        t, "the master's bundle from `mesolite certs init` (ca.crt, tls.crt, tls.key)"
+    )
+    t.add_argument(
+        "--credentials",
+        type=Path,
+        metavar="FILE",
+        help="bearer tokens (principal and sha256 per line; certs init --token writes it); "
+        "reloaded on SIGHUP",
+    )
+    t.add_argument(
+        "--token-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="a second gRPC port for bearer-token clients (0: any free port); the main port "
+        "requires certificates",
+    )
+    t.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without TLS (anyone who reaches it can act as anyone)",
+    )
+
+
+def _add_certs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser("certs", help="make a CA and certificates for a cluster")
+    cs = c.add_subparsers(dest="certs", required=True)
+    ci = cs.add_parser(
+        "init",
+        help="a new CA and bundles for the master, an agent, frameworks and users",
+        description="Writes DIR/ca.crt and DIR/ca.key (keep it safe) and one bundle per "
+        "principal, DIR/<name>/{ca.crt,tls.crt,tls.key}, for --tls-dir. A principal is its "
+        "certificate's CN. Keys are 0600.",
+    )
+    ci.add_argument("dir", type=Path, metavar="DIR")
+    ci.add_argument(
+        "--principal",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a framework or CLI user to make a certificate for (repeatable; "
+        "default: framework and admin)",
+    )
+    ci.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the master (besides localhost, 127.0.0.1, ::1)",
+    )
+    ci.add_argument(
+        "--agent-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the agent's sandbox server",
+    )
+    ci.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a principal with a bearer token instead of a certificate (repeatable): "
+        "DIR/NAME/token, and its hash in DIR/credentials for the master's --credentials",
+    )
+    ci.add_argument("--days", type=int, default=365, help="how long the certificates are valid")
+    cn = cs.add_parser("issue", help="one more certificate from the CA in DIR")
+    cn.add_argument("dir", type=Path, metavar="DIR")
+    cn.add_argument("name", metavar="NAME")
+    cn.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="make it a server certificate for this name (an agent on another machine)",
+    )
+    cn.add_argument("--days", type=int, default=365)
+    ct = cs.add_parser("token", help="a bearer token for NAME, added to DIR/credentials")
+    ct.add_argument("dir", type=Path, metavar="DIR")
+    ct.add_argument("name", metavar="NAME")

@@ -1,0 +1,153 @@
+"""`mesolite state|agents|frameworks|roles|tasks`: fetch a master's `GET /state` and
+print one view of it (rendered by `mesolite/views.py`), once or again and again."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import ssl
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from rich.console import Console, Group, RenderableType
+from rich.live import Live
+from rich.spinner import Spinner
+from rich.text import Text
+
+from mesolite import tls_options
+from mesolite.errors import MesoliteError
+from mesolite.snapshot import ClusterSnapshot, DocumentError
+from mesolite.tls import TlsError
+from mesolite.tls_options import PLAINTEXT, ClientAuth
+from mesolite.views import VIEWS, View
+
+# Output width when piped: wide enough that table rows are never wrapped.
+_WIDE_OUTPUT = 250
+
+
+class MasterUnreachable(MesoliteError):
+    """The master's `GET /state` could not be read; the message says why and what to do."""
+
+
+def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
+    scheme = "https" if auth.tls else "http"
+    url = address if address.startswith(("http://", "https://")) else f"{scheme}://{address}"
+    not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
+    context: ssl.SSLContext | None = None
+    request = urllib.request.Request(f"{url}/state")
+    if auth.tls is not None:
+        context = auth.tls.client_context()
+    if auth.token is not None:
+        request.add_header("Authorization", f"Bearer {auth.token}")
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
+            data = json.load(response)
+    except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise MasterUnreachable(
+                f"{url}/state answered 401: the master wants a principal. Give --tls-dir "
+                "(a bundle from `mesolite certs init`), or a token with --token-file"
+            ) from None
+        raise MasterUnreachable(
+            f"{url}/state answered {e.code} {e.reason}: {not_a_master}"
+        ) from None
+    except (urllib.error.URLError, OSError) as e:
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        tls_hint = "" if auth.tls else " If it uses TLS, give --tls-dir (or MESOLITE_TLS_DIR)."
+        raise MasterUnreachable(
+            f"cannot reach the master at {address}: {reason}. Is it running? "
+            "Start one with `mesolite master`, or give its address with --master HOST:HTTP_PORT."
+            + tls_hint
+        ) from None
+    except ValueError:  # not JSON, or not UTF-8
+        raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
+    if not isinstance(data, dict) or "cluster" not in data:
+        raise MasterUnreachable(f"{url}/state is not a master's state: {not_a_master}")
+    try:
+        return ClusterSnapshot.from_json(data)
+    except DocumentError as e:
+        raise MasterUnreachable(f"{url}/state is not a state this mesolite reads: {e}") from None
+
+
+def _console() -> Console:
+    console = Console()
+    if not console.is_terminal and "COLUMNS" not in os.environ:
+        # Piped or redirected: lines as long as the tables need, not wrapped at 80.
+        console = Console(width=_WIDE_OUTPUT)
+    return console
+
+
+def show(args: argparse.Namespace) -> int:
+    """`mesolite state|agents|frameworks|roles|tasks`: fetch /state and print one view."""
+    view = VIEWS[args.command]
+    try:
+        args.auth = tls_options.client_auth(args)
+    except TlsError as e:
+        print(f"mesolite {args.command}: {e}", file=sys.stderr)
+        return 2
+    if args.watch is not None:
+        return _watch(view, args)
+    try:
+        with Console(stderr=True).status(f"reading the state of {args.master}"):
+            state = _fetch_state(args.master, args.auth)
+    except MasterUnreachable as e:
+        print(f"mesolite {args.command}: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(view.json_of(state), indent=2))
+    else:
+        _print(_console(), view.render(state))
+    return 0
+
+
+def _print(console: Console, renderable: RenderableType) -> None:
+    if console.is_terminal:
+        console.print(renderable)
+        return
+    with console.capture() as captured:  # piped: no padding at the ends of lines
+        console.print(renderable)
+    print("\n".join(line.rstrip() for line in captured.get().splitlines()), flush=True)
+
+
+def _watch(view: View, args: argparse.Namespace) -> int:
+    """Show the view again every `--watch` seconds until Ctrl-C: live on a terminal,
+    one snapshot after another when piped, and one JSON document a line with --json."""
+    console, every = _console(), args.watch
+    # Started in the background by a shell, we may inherit SIGINT ignored; Ctrl-C
+    # (and SIGTERM) must still stop the watch.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+
+    def frame() -> RenderableType:
+        try:
+            state = _fetch_state(args.master, args.auth)
+        except MasterUnreachable as e:
+            return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
+        footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
+        return Group(view.render(state), Text(footer, style="dim"))
+
+    try:
+        if args.json:
+            while True:
+                try:
+                    state = _fetch_state(args.master, args.auth)
+                    print(json.dumps(view.json_of(state)), flush=True)
+                except MasterUnreachable as e:
+                    print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
+                time.sleep(every)
+        elif console.is_terminal:
+            waiting = Spinner("dots", f"reading the state of {args.master}")
+            with Live(waiting, console=console, auto_refresh=True) as live:
+                while True:
+                    live.update(frame(), refresh=True)
+                    time.sleep(every)
+        else:
+            while True:
+                _print(console, Group(frame(), Text()))
+                time.sleep(every)
+    except KeyboardInterrupt:
+        return 0

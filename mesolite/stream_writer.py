@@ -1,0 +1,123 @@
+"""One writer per gRPC stream: a bounded queue of messages that the stream's only writer
+drains in order (grpc.aio allows one write in flight per call).
+
+Every end of every stream uses it: the master's servicers (one per connected framework
+or agent, drained by the response generator), and the agent's and the SDK's streams to
+the master (drained by `write_to`, which writes to the call and then half-closes it).
+
+What differs between them is what a sender does when the queue is full:
+
+* `send` never waits: a full queue closes the stream (`overflowed`). The master's core
+  is synchronous, and a peer that stops reading must not make it buffer without bound.
+* `await put(...)` waits for room: a client's own calls are not dropped while its
+  stream is alive.
+
+`close` ends the stream once what is already queued is written; whatever is sent after
+it is dropped, and so is a `put` still waiting for room (it returns at once).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator
+from typing import Generic, Protocol, TypeVar
+
+import structlog
+
+T = TypeVar("T")
+T_contra = TypeVar("T_contra", contravariant=True)
+
+_log = structlog.get_logger(__name__)
+
+
+class WritableCall(Protocol[T_contra]):
+    """The writing half of a client-side grpc.aio stream."""
+
+    async def write(self, message: T_contra) -> None: ...
+
+    async def done_writing(self) -> None: ...
+
+
+class StreamWriter(Generic[T]):
+    """Messages for one stream, at most `capacity` of them waiting to be written."""
+
+    def __init__(self, capacity: int) -> None:
+        if capacity < 1:
+            raise ValueError(f"a stream writer needs room for a message, got {capacity}")
+        self._capacity = capacity
+        self._messages: deque[T] = deque()
+        self._readable = asyncio.Event()  # a message, or the close, for the writer
+        self._room = asyncio.Event()  # for senders waiting in `put`
+        self.closed = False
+        self.overflowed = False
+        self.close_reason = ""
+
+    def __len__(self) -> int:
+        return len(self._messages)
+
+    def send(self, message: T) -> None:
+        """Queue `message` without waiting; a full queue closes the stream instead."""
+        if self.closed:
+            return
+        if len(self._messages) >= self._capacity:
+            self.overflowed = True
+            self.close("the peer is not reading its messages")
+            return
+        self._queue(message)
+
+    async def put(self, message: T) -> None:
+        """Queue `message`, waiting for room; dropped if the stream closes first."""
+        while not self.closed and len(self._messages) >= self._capacity:
+            self._room.clear()
+            await self._room.wait()
+        if not self.closed:
+            self._queue(message)
+
+    def close(self, reason: str = "") -> None:
+        """End the stream after the messages already queued have been written."""
+        if self.closed:
+            return
+        self.closed = True
+        self.close_reason = reason
+        self._readable.set()
+        self._room.set()
+
+    async def drain(self) -> AsyncIterator[T]:
+        """The messages in order, until the stream is closed and they are all out.
+        For the stream's one writer."""
+        while True:
+            while not self._messages:
+                if self.closed:
+                    return
+                self._readable.clear()
+                await self._readable.wait()
+            message = self._messages.popleft()
+            self._room.set()
+            yield message
+
+    async def write_to(self, call: WritableCall[T]) -> None:
+        """Be a client stream's one writer: write the messages to `call` in order, then
+        half-close it, so that the other side sees this side leave, not a broken stream.
+
+        A failed write means the stream can carry nothing more: the messages after it
+        are discarded (so that no `put` waits on a queue nobody empties) and the stream
+        is not half-closed. The call's reader learns from its status how it ended.
+        """
+        failed = False
+        async for message in self.drain():
+            if failed:
+                continue
+            try:
+                await call.write(message)
+            except Exception as e:  # whatever it was, this stream can carry no more
+                _log.debug("stream write failed", error=repr(e))
+                failed = True
+        if not failed:
+            with contextlib.suppress(Exception):
+                await call.done_writing()
+
+    def _queue(self, message: T) -> None:
+        self._messages.append(message)
+        self._readable.set()
