@@ -42,10 +42,15 @@ class AgentHandling(MasterCore):
         running: Sequence[RunningTask],
         outbox: Peer[msg.AgentMessage],
         principal: str | None = None,
+        *,
+        peer_host: str = "",
     ) -> str:
         """`principal`: who is on the other end, from the connection (None without
-        authentication). Everything is checked before anything changes."""
-        self._check_registration(agent_id, hostname, total, attributes, running, principal)
+        authentication); `peer_host`: the IP address it connects from, if known (the
+        master reads its sandboxes there: `validation.sandbox_address`). Everything is
+        checked before anything changes."""
+        self._check_registration(agent_id, hostname, address, total, attributes, running, principal)
+        address = validation.sandbox_address(address, peer_host)
         now = self._clock()
         kills: list[msg.KillTask] = []  # sent after `Registered` (rule 3)
         if agent_id in self.agents:
@@ -73,6 +78,7 @@ class AgentHandling(MasterCore):
         self,
         agent_id: str,
         hostname: str,
+        address: str,
         total: Resources,
         attributes: dict[str, str],
         running: Sequence[RunningTask],
@@ -80,7 +86,7 @@ class AgentHandling(MasterCore):
     ) -> None:
         """Raise `RegistrationRefused` for a registration the master must not apply."""
         problem = validation.agent_registration_problem(
-            agent_id, total, running
+            agent_id, total, running, address
         ) or validation.agent_info_problem(hostname, attributes)
         if problem:
             raise RegistrationRefused(Refusal.INVALID, problem)

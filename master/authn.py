@@ -123,6 +123,11 @@ class Authenticator:
         headers = request.headers.getall("Authorization", [])
         return self._of_token(headers[0]) if len(headers) == 1 else None
 
+    @staticmethod
+    def request_principal(request: web.Request) -> str | None:
+        """The principal the middleware found for `request` (None: anonymous)."""
+        return request.get(PRINCIPAL_KEY)
+
     def middleware(self) -> Middleware:
         @web.middleware
         async def authenticate(

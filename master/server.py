@@ -25,6 +25,7 @@ import structlog
 from aiohttp import web
 
 from mesolite import grpc_utils
+from mesolite.http_hosts import AllowedHosts
 from mesolite.master.authn import Authenticator
 from mesolite.master.effects import AsyncioTimers
 from mesolite.master.http import create_app
@@ -110,7 +111,8 @@ class MasterServer:
 
         app = create_app(
             master,
-            middlewares=[authn.middleware()],
+            allowed_hosts=AllowedHosts(self.config.http_allowed_hosts, self.host),
+            authn=authn,
             # The master reads the agents' sandboxes over HTTPS, as the principal it is.
             sandbox_ssl=tls.client_context() if tls else None,
         )

@@ -14,14 +14,17 @@ registration. It comes from the connection, never from a field the client fills 
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import grpc
 import grpc.aio
 import structlog
 
 from mesolite import convert
+from mesolite.logs import clip
 from mesolite.master import messages as msg
 from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
@@ -44,6 +47,9 @@ async def _first(requests: AsyncIterator[T]) -> T | None:
         return None
 
 
+# Error texts quote what the client sent; they go back to it (and to the log) clipped.
+_ERROR_TEXT_LIMIT = 1000
+
 _STATUS_OF = {
     Refusal.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -55,7 +61,7 @@ _STATUS_OF = {
 async def _refuse(
     context: grpc.aio.ServicerContext[object, object], e: RegistrationRefused
 ) -> None:
-    await context.abort(_STATUS_OF[e.refusal], str(e))
+    await context.abort(_STATUS_OF[e.refusal], clip(str(e), _ERROR_TEXT_LIMIT))
 
 
 def _read_into(
@@ -105,7 +111,11 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             info = convert.framework_info_from_proto(first.subscribe.framework_info)
             framework_id = self._master.subscribe(info, outbox, principal=principal)
         except RegistrationRefused as e:
-            log.warning("subscription refused", reason=str(e), refusal=e.refusal.value)
+            log.warning(
+                "subscription refused",
+                reason=clip(str(e), _ERROR_TEXT_LIMIT),
+                refusal=e.refusal.value,
+            )
             await _refuse(context, e)
             return
 
@@ -159,14 +169,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 raise CallRejected("empty call")
         except (CallRejected, InvalidResources, ValueError) as e:
             master.metrics.call_rejected(kind)
+            reason = clip(str(e), _ERROR_TEXT_LIMIT)
             log.warning(
                 "call rejected",
                 framework_id=framework_id,
                 call=kind,
-                call_id=call.call_id,
-                reason=str(e),
+                call_id=clip(call.call_id),
+                reason=reason,
             )
-            outbox.send(msg.Error(f"{kind}: {e}", call.call_id))
+            outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
 
 
 def _refuse_seconds(filters: scheduler_pb2.Filters | None) -> float | None:
@@ -202,6 +213,21 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
 # Agents ----------------------------------------------------------------------
 
 
+def peer_host(peer: str) -> str:
+    """The IP address of a gRPC peer ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", the
+    brackets maybe %-encoded); "" for anything else (a Unix socket, say)."""
+    kind, _, rest = unquote(peer).partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return ""
+    try:
+        ip = ipaddress.ip_address(rest.rpartition(":")[0].strip("[]"))
+    except ValueError:
+        return ""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
 class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
     def __init__(self, master: Master, authn: Authenticator | None = None) -> None:
         self._master = master
@@ -224,7 +250,10 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             total = convert.resources_from_proto(reg.total)
             running = [convert.running_task_from_proto(t) for t in reg.tasks]
         except (InvalidResources, ValueError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid registration: {e}")
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"invalid registration: {clip(str(e), _ERROR_TEXT_LIMIT)}",
+            )
             return
         try:
             agent_id = self._master.register_agent(
@@ -236,9 +265,14 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 running,
                 outbox,
                 principal=principal,
+                peer_host=peer_host(context.peer()),
             )
         except RegistrationRefused as e:
-            log.warning("agent registration refused", agent_id=reg.agent_id, reason=str(e))
+            log.warning(
+                "agent registration refused",
+                agent_id=clip(reg.agent_id),
+                reason=clip(str(e), _ERROR_TEXT_LIMIT),
+            )
             await _refuse(context, e)
             return
 
@@ -258,7 +292,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                         else None
                     )
                 except ValueError as e:
-                    log.warning("bad status update", agent_id=agent_id, reason=str(e))
+                    log.warning("bad status update", agent_id=agent_id, reason=clip(str(e)))
                     return
                 self._master.status_update(agent_id, status, latest)
             else:

@@ -54,7 +54,12 @@ class AgentSnapshot:
 
     id: str
     hostname: str
-    address: str = field(metadata=doc("HOST:PORT of its sandbox server; empty if it serves none"))
+    address: str = field(
+        metadata=doc(
+            "HOST:PORT where the master reads its sandboxes: the IP address it connects "
+            "from and the port it registered; empty if it serves none"
+        )
+    )
     attributes: Mapping[str, str]
     total: Resources
     allocated: Resources = field(metadata=doc("held by tasks and outstanding offers on this agent"))

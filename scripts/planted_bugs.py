@@ -162,6 +162,13 @@ BUGS = [
         TLS_TESTS,
     ),
     Bug(
+        "the HTTP ACLs judge every request as anonymous",
+        "master/http.py",
+        "acl_guard(master, authn.request_principal)",
+        "acl_guard(master)",
+        TLS_TESTS,
+    ),
+    Bug(
         "the sandbox server answers any principal of the CA",
         "agent/sandbox_http.py",
         "if principal not in readers:",

@@ -6,6 +6,7 @@ of this input before it left the process, and the point is what the master does.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -252,3 +253,18 @@ async def test_a_framework_that_never_acknowledges_holds_nothing(tmp_path: Path)
             # The framework still sees the task's updates in order, unacknowledged.
             again = (await fw.next_event("update")).update.status
             assert (again.task_id, again.update_id) == ("quick", first.update_id)
+
+
+async def test_a_subscription_the_acls_refuse_is_permission_denied(tmp_path: Path) -> None:
+    acls = tmp_path / "acls.json"
+    rule = {"principals": {"type": "ANY"}, "roles": {"values": ["ok"]}}
+    acls.write_text(json.dumps({"register_frameworks": [rule]}))
+    async with LocalCluster(tmp_path, fast(acls_file=acls)) as cluster:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async with RawFramework(cluster.address, role="other"):
+                pass
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "may not register frameworks in role 'other'" in (refused.value.details() or "")
+        assert cluster.master.frameworks == {}
+        async with RawFramework(cluster.address, role="ok") as fw:  # still serving
+            assert fw.framework_id

@@ -473,3 +473,9 @@ def test_without_a_terminal_latest_state_the_task_keeps_its_resources(
     _, agent, running = launched(core)
     core.master.status_update(agent.agent_id, running, TaskState.RUNNING)
     assert str(core.master.allocator.agent_allocated(agent.agent_id)) == "cpus:1;mem:128"
+
+
+def test_every_refusal_has_a_grpc_status() -> None:
+    from mesolite.master.servicers import _STATUS_OF
+
+    assert set(_STATUS_OF) == set(Refusal)

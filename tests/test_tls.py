@@ -212,14 +212,15 @@ async def test_the_sdk_and_the_agent_give_up_when_refused(
 async def test_the_acls_see_the_certificates_principal_and_deny_on_the_wire(
     tmp_path: Path, cluster_certs: Path
 ) -> None:
-    """An ACL decision about a principal from a certificate reaches the client as
-    PERMISSION_DENIED (the SDK gives up), and changes nothing."""
+    """An ACL decision about a principal from a certificate or a token reaches the client
+    as PERMISSION_DENIED (the SDK gives up) or 403, and changes nothing."""
     acls = tmp_path / "acls.json"
     acls.write_text(
         json.dumps(
             {
                 "register_frameworks": [{"principals": {"values": ["framework"]}}],
                 "register_agents": [{"principals": {"values": ["agent"]}}],
+                "view_state": [{"principals": {"values": ["admin"]}}],
             }
         )
     )
@@ -234,6 +235,12 @@ async def test_the_acls_see_the_certificates_principal_and_deny_on_the_wire(
         assert cluster.master.frameworks == {} and cluster.master.agents == {}
         allowed = cluster.bundle("framework")
         assert await first_event(cluster.address, "scheduler", allowed) == "subscribed"
+        state = f"{cluster.server.http_url}/state"
+        assert await http_status(state, cluster.bundle("admin").client_context()) == 200
+        assert await http_status(state, allowed.client_context()) == 403
+        ca = TlsConfig(cluster_certs / "ca.crt").client_context()
+        assert await http_status(state, ca, token(cluster_certs)) == 403  # "ci"
+        assert await http_status(state, ca) == 401
 
 
 async def test_a_master_from_another_ca_is_not_trusted(

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from mesolite import tls_options
+from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
 from mesolite.master.policies import POLICIES
@@ -75,6 +76,14 @@ def _positive(text: str) -> float:
     return value
 
 
+def _parse_hosts(text: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    bad = [h for h in hosts if h != "*" and normal_host(h) is None]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a host name: {bad[0]!r}")
+    return hosts
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mesolite", description=_DESCRIPTION)
     parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
@@ -136,6 +145,28 @@ def build_parser() -> argparse.ArgumentParser:
         "register agents, view state, read sandboxes; reloaded on SIGHUP",
     )
     m.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the HTTP server answers besides --host, localhost and this "
+        "machine's name (a defence against DNS rebinding); '*' for any",
+    )
+    m.add_argument(
+        "--event-streams",
+        type=int,
+        default=MASTER.event_streams,
+        metavar="N",
+        help="web UI event streams served at once (then 503)",
+    )
+    m.add_argument(
+        "--event-streams-per-client",
+        type=int,
+        default=MASTER.event_streams_per_client,
+        metavar="N",
+        help="event streams one client (principal, else IP address) may hold (then 429)",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
@@ -163,6 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the address this machine reaches the master from)",
     )
     a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
+    a.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the sandbox server answers besides the address it listens on, "
+        "localhost and this machine's name; '*' for any",
+    )
     tls_options.add_client_options(a)
     a.add_argument(
         "--master-principal",

@@ -76,6 +76,9 @@ async def _run_master(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
+        http_allowed_hosts=args.http_allowed_hosts,
+        event_streams=args.event_streams,
+        event_streams_per_client=args.event_streams_per_client,
         tls=tls,
         credentials_file=args.credentials,
         insecure=args.insecure,
@@ -177,6 +180,7 @@ async def _run_agent(args: argparse.Namespace) -> int:
             args.http_port,
             advertise_host=towards_master if wildcard else None,
             tls=auth.tls,
+            allowed_hosts=args.http_allowed_hosts,
             readers=(args.master_principal,),
             insecure=args.insecure,
         )
