@@ -135,9 +135,9 @@ BUGS = [
     ),
     Bug(
         "HTTP routes without the authentication middleware",
-        "master/server.py",
-        "middlewares=[authn.middleware()],",
-        "middlewares=[],",
+        "master/http.py",
+        "            authn.middleware(),\n",
+        "",
         TLS_TESTS,
     ),
     Bug(
@@ -178,8 +178,8 @@ BUGS = [
     Bug(
         "the sandbox proxy reads agents over plain HTTP",
         "master/ui_routes.py",
-        'scheme = "https" if self._ssl else "http"',
-        'scheme = "http"',
+        'url = url.with_scheme("https")',
+        "pass",
         TLS_TESTS,
     ),
     Bug(
