@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.tls import TlsConfig
+
 
 @dataclass(frozen=True, slots=True)
 class MasterConfig:
@@ -36,3 +38,8 @@ class MasterConfig:
     # /events streams the web UI may hold open: in all, and per client (principal or IP).
     event_streams: int = 64
     event_streams_per_client: int = 4
+    # TLS on both ports, and with it authentication of every call (master/authn.py).
+    tls: TlsConfig | None = None
+    credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)
+    # Listen on a non-loopback address without TLS (refused otherwise).
+    insecure: bool = False

@@ -4,6 +4,11 @@ Thin by design. Each stream has one reader (calls -> `Master` methods, with
 protobuf converted to domain values on the way in) and one writer (the peer's
 outbox, a `StreamWriter`, with domain messages converted to protobuf on the way out). Rejected
 calls become ERROR events; nothing else happens here.
+
+Who calls is settled before a servicer runs: with authentication on, the interceptor
+(`master/authn.py`) has refused every call without a principal; the servicers pass the
+principal (a certificate's CN, or a token's) to the core with the subscription or the
+registration. It comes from the connection, never from a field the client fills in.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import structlog
 from mesolite import convert
 from mesolite.logs import clip
 from mesolite.master import messages as msg
+from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
 from mesolite.resources import InvalidResources
 from mesolite.stream_writer import StreamWriter
@@ -83,14 +89,16 @@ def _read_into(
 
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: Master, authn: Authenticator | None = None) -> None:
         self._master = master
+        self._authn = authn or Authenticator(enabled=False)
 
     async def Connect(
         self,
         request_iterator: AsyncIterator[scheduler_pb2.Call],
         context: grpc.aio.ServicerContext[scheduler_pb2.Call, scheduler_pb2.Event],
     ) -> AsyncIterator[scheduler_pb2.Event]:
+        principal = await self._authn.grpc_caller(context)
         first = await _first(request_iterator)
         if first is None:
             return
@@ -101,7 +109,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
         try:
             info = convert.framework_info_from_proto(first.subscribe.framework_info)
-            framework_id = self._master.subscribe(info, outbox)
+            framework_id = self._master.subscribe(info, outbox, principal=principal)
         except RegistrationRefused as e:
             log.warning(
                 "subscription refused",
@@ -221,14 +229,16 @@ def peer_host(peer: str) -> str:
 
 
 class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
-    def __init__(self, master: Master) -> None:
+    def __init__(self, master: Master, authn: Authenticator | None = None) -> None:
         self._master = master
+        self._authn = authn or Authenticator(enabled=False)
 
     async def Connect(
         self,
         request_iterator: AsyncIterator[agent_pb2.AgentCall],
         context: grpc.aio.ServicerContext[agent_pb2.AgentCall, agent_pb2.AgentEvent],
     ) -> AsyncIterator[agent_pb2.AgentEvent]:
+        principal = await self._authn.grpc_caller(context)
         first = await _first(request_iterator)
         if first is None:
             return
@@ -254,6 +264,7 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 dict(reg.attributes),
                 running,
                 outbox,
+                principal=principal,
                 peer_host=peer_host(context.peer()),
             )
         except RegistrationRefused as e:

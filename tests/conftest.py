@@ -24,6 +24,7 @@ UNIT = {
     "test_agent_updates.py",
     "test_allocator.py",
     "test_allocator_hierarchy.py",
+    "test_certs.py",
     "test_drf_reference.py",
     "test_errors.py",
     "test_fair_share.py",
