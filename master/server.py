@@ -32,6 +32,7 @@ from mesolite.master.http import create_app
 from mesolite.master.master import Master, MasterConfig
 from mesolite.master.read_model import build_snapshot
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
+from mesolite.master.stream_limits import GrpcStreamLimits
 from mesolite.snapshot import ClusterSnapshot
 from mesolite.tls import TlsError, check_listen
 from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
@@ -96,11 +97,12 @@ class MasterServer:
         timers = AsyncioTimers(asyncio.get_running_loop())
         master = self.master = Master(self.config, timers=timers, clock=self._clock)
         self._grpc = grpc_utils.create_server(interceptors=[authn.interceptor()])
+        limits = GrpcStreamLimits(self.config.grpc_streams)  # shared by both services
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-            SchedulerService(master, authn), self._grpc
+            SchedulerService(master, authn, limits), self._grpc
         )
         agent_pb2_grpc.add_AgentGatewayServicer_to_server(
-            AgentGatewayService(master, authn), self._grpc
+            AgentGatewayService(master, authn, limits), self._grpc
         )
         self.port = grpc_utils.bind(self._grpc, self.host, self._port, tls)
         if self._token_port is not None:

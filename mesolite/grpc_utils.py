@@ -24,7 +24,6 @@ _MB = 1024 * 1024
 
 _COMMON_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_send_message_length", 64 * _MB),
-    ("grpc.max_receive_message_length", 64 * _MB),
     # Long-lived streams: ping so that a dead peer is noticed even when idle.
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
@@ -34,6 +33,7 @@ _COMMON_OPTIONS: list[tuple[str, Any]] = [
 
 _CLIENT_OPTIONS: list[tuple[str, Any]] = [
     *_COMMON_OPTIONS,
+    ("grpc.max_receive_message_length", 64 * _MB),  # offers of a large cluster
     # Each channel keeps its own connection state: a fresh channel to a master
     # that came back must not inherit an old channel's long reconnect backoff.
     ("grpc.use_local_subchannel_pool", 1),
@@ -41,8 +41,16 @@ _CLIENT_OPTIONS: list[tuple[str, Any]] = [
     ("grpc.max_reconnect_backoff_ms", 2_000),
 ]
 
+# What the master accepts from one client message: a bound on what any client can
+# make it parse (a registration of 10,000 tasks is well under it).
+MAX_CLIENT_MESSAGE = 4 * _MB
+
 _SERVER_OPTIONS: list[tuple[str, Any]] = [
     *_COMMON_OPTIONS,
+    ("grpc.max_receive_message_length", MAX_CLIENT_MESSAGE),
+    # HTTP/2 streams one connection may hold open at once (the servicers bound
+    # streams per client across connections: master/stream_limits.py).
+    ("grpc.max_concurrent_streams", 64),
     # Two masters on one port must fail loudly, not share the port.
     ("grpc.so_reuseport", 0),
     ("grpc.http2.min_ping_interval_without_data_ms", 5_000),
