@@ -14,6 +14,7 @@ registration. It comes from the connection, never from a field the client fills 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
@@ -46,6 +47,24 @@ async def _first(requests: AsyncIterator[T]) -> T | None:
         return await anext(requests)
     except StopAsyncIteration:
         return None
+
+
+@contextlib.asynccontextmanager
+async def _admitted(
+    authn: Authenticator,
+    limits: GrpcStreamLimits,
+    requests: AsyncIterator[T],
+    context: grpc.aio.ServicerContext[Any, Any],
+) -> AsyncIterator[tuple[str | None, T | None]]:
+    """A new stream, authenticated and within its client's limits: its principal and
+    first message (None if it ended before sending one)."""
+    principal = await authn.grpc_caller(context)
+    client = _client_of(principal, context)
+    first = await _open_stream(limits, client, requests, context)
+    try:
+        yield principal, first
+    finally:
+        limits.close(client)
 
 
 def _client_of(principal: str | None, context: grpc.aio.ServicerContext[Any, Any]) -> str:
@@ -144,10 +163,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         request_iterator: AsyncIterator[scheduler_pb2.Call],
         context: grpc.aio.ServicerContext[scheduler_pb2.Call, scheduler_pb2.Event],
     ) -> AsyncIterator[scheduler_pb2.Event]:
-        principal = await self._authn.grpc_caller(context)
-        client = _client_of(principal, context)
-        first = await _open_stream(self._limits, client, request_iterator, context)
-        try:
+        async with _admitted(self._authn, self._limits, request_iterator, context) as (
+            principal,
+            first,
+        ):
             if first is None:
                 return
             if first.WhichOneof("call") != "subscribe":
@@ -179,8 +198,6 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             finally:
                 reader.cancel()
                 self._master.disconnect_framework(framework_id, outbox)
-        finally:
-            self._limits.close(client)
 
 
     def _dispatch(
@@ -295,10 +312,10 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
         request_iterator: AsyncIterator[agent_pb2.AgentCall],
         context: grpc.aio.ServicerContext[agent_pb2.AgentCall, agent_pb2.AgentEvent],
     ) -> AsyncIterator[agent_pb2.AgentEvent]:
-        principal = await self._authn.grpc_caller(context)
-        client = _client_of(principal, context)
-        first = await _open_stream(self._limits, client, request_iterator, context)
-        try:
+        async with _admitted(self._authn, self._limits, request_iterator, context) as (
+            principal,
+            first,
+        ):
             if first is None:
                 return
             if first.WhichOneof("call") != "register":
@@ -371,8 +388,6 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"agent {agent_id} was removed: {outbox.close_reason}",
                 )
-        finally:
-            self._limits.close(client)
 
 
 def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
