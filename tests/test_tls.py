@@ -401,3 +401,38 @@ async def test_the_master_and_state_commands_over_tls(tmp_path: Path, cluster_ce
         assert code == 1 and "--tls-dir" in err
     finally:
         await master.stop()
+
+
+async def test_another_principal_cannot_take_over_a_framework_on_the_wire(
+    cluster: LocalCluster, cluster_certs: Path
+) -> None:
+    """The hijack of issue 11: read a framework's id from /state, subscribe with it.
+    Refused PERMISSION_DENIED, for a certificate and for a token; the victim keeps
+    its stream."""
+    fw = RecordingFramework("victim", tls=cluster.bundle("framework"))
+    async with running(fw, cluster.address):
+        await wait_for_condition(lambda: fw.framework_id is not None, what="subscribed")
+        assert fw.framework_id is not None
+        hijack = scheduler_pb2.Call(
+            subscribe=scheduler_pb2.Call.Subscribe(
+                framework_info=scheduler_pb2.FrameworkInfo(
+                    name="victim", role="*", framework_id=fw.framework_id
+                )
+            )
+        )
+        ca_only = TlsConfig(cluster_certs / "ca.crt")
+        for tls, address, bearer in [
+            (cluster.bundle("admin"), cluster.address, None),
+            (ca_only, cluster.server.token_address, token(cluster_certs)),
+        ]:
+            channel = grpc_utils.create_channel(address, tls, bearer)
+            try:
+                call = scheduler_pb2_grpc.SchedulerStub(channel).Connect(iter([hijack]))
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    async for _ in call:
+                        pass
+                assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            finally:
+                await channel.close()
+        assert cluster.master.frameworks[fw.framework_id].connected
+        assert cluster.master.frameworks[fw.framework_id].principal == "framework"
