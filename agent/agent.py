@@ -17,8 +17,10 @@ What the master can rely on:
   - FAILED_PRECONDITION (this agent id was removed): the agent kills all its
     tasks, drops their pending updates, forgets its id (deleting its
     checkpoint) and registers as new.
-  - INVALID_ARGUMENT before `registered`: the registration was refused; `run()`
-    raises `AgentRegistrationError` (after killing any tasks).
+  - INVALID_ARGUMENT, UNAUTHENTICATED or PERMISSION_DENIED before `registered`:
+    the registration was refused; `run()` raises `AgentRegistrationError` (after
+    killing any tasks). A TLS handshake the master refuses (say, a certificate
+    from another CA) ends as UNAVAILABLE, and the agent keeps trying.
   - anything else (UNAVAILABLE, a clean end, ...): the tasks keep running and
     the agent reconnects with jittered backoff, forever.
 
@@ -75,6 +77,14 @@ log = structlog.get_logger(__name__)
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 _OUTBOX_SIZE = 256
 _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end the stream
+# The master refused this agent: registering again the same way cannot succeed.
+_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
 
 
 class Agent:
@@ -238,7 +248,7 @@ class Agent:
             # own reconnect backoff has passed, and each such failure would cost another
             # of our delays (agents came back after a master restart only after the
             # re-registration window had closed, and lost their tasks).
-            channel = create_channel(self._master)
+            channel = create_channel(self._master, self.config.tls, self.config.token)
             stub = agent_pb2_grpc.AgentGatewayStub(channel)
             session = asyncio.create_task(self._session(stub), name="mesolite-agent-stream")
             stopping = asyncio.create_task(self._stopping.wait())
@@ -270,7 +280,7 @@ class Agent:
         if end.code == grpc.StatusCode.FAILED_PRECONDITION:
             bound.warning("master removed this agent; killing its tasks to register as new")
             await self._forget_identity()
-        elif end.code == grpc.StatusCode.INVALID_ARGUMENT and not end.registered:
+        elif end.code in _REFUSED and not end.registered:
             bound.error("master refused the registration")
             raise AgentRegistrationError(
                 f"master {self._master} refused the registration: {end.details}"

@@ -20,6 +20,12 @@ The protocol's shared pieces are in `mesolite/sandbox_protocol.py`. The agent
 registers the address of this server with the master (`AgentConfig(...,
 address=server.address)`); the master proxies the UI's requests to it.
 
+With `tls` the server speaks HTTPS with the agent's certificate, requires a client
+certificate from the cluster's CA, and answers only the principals in `readers`
+(default: `master`, the CN of the master's certificate); anyone else gets 403, so the
+master's own access checks cannot be bypassed by asking the agent directly. Without TLS
+it listens only on loopback unless `insecure` (`mesolite.tls.check_listen`).
+
     async with SandboxServer(work_dir, host="127.0.0.1", port=0) as sandboxes:
         agent = Agent(AgentConfig(master, resources, work_dir, address=sandboxes.address))
 """
@@ -31,13 +37,14 @@ import errno
 import os
 import socket
 import stat
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 import structlog
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 
 from mesolite.http_hosts import AllowedHosts, host_check
 from mesolite.sandbox_protocol import (
@@ -49,10 +56,12 @@ from mesolite.sandbox_protocol import (
     format_address,
     parse_range,
 )
+from mesolite.tls import TlsConfig, check_listen, peer_principal
 
 log = structlog.get_logger(__name__)
 
 _SANDBOXES_KEY = web.AppKey("sandboxes", Path)
+MASTER_PRINCIPAL = "master"
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,12 +158,32 @@ async def _read(request: web.Request) -> web.Response:
     )
 
 
+def _only(readers: Collection[str]) -> Middleware:
+    @web.middleware
+    async def check_reader(
+        request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+    ) -> web.StreamResponse:
+        principal = peer_principal(request.transport)
+        if principal not in readers:
+            log.info("sandbox read refused", principal=principal, path=request.path[:200])
+            raise web.HTTPForbidden(text="only the master reads sandboxes here")
+        return await handler(request)
+
+    return check_reader
+
+
 def create_sandbox_app(
-    work_dir: str | os.PathLike[str], allowed_hosts: AllowedHosts | None = None
+    work_dir: str | os.PathLike[str],
+    allowed_hosts: AllowedHosts | None = None,
+    readers: Collection[str] | None = None,
 ) -> web.Application:
     """The sandbox server's app; it answers only Host headers `allowed_hosts` allows
-    (default: the local names only; `mesolite/http_hosts.py`)."""
-    app = web.Application(middlewares=[host_check(allowed_hosts or AllowedHosts())])
+    (default: the local names only; `mesolite/http_hosts.py`) and, with `readers`, only
+    those principals (verified client certificates)."""
+    middlewares = [host_check(allowed_hosts or AllowedHosts())]
+    if readers is not None:
+        middlewares.append(_only(frozenset(readers)))
+    app = web.Application(middlewares=middlewares)
     app[_SANDBOXES_KEY] = Path(work_dir).absolute() / "sandboxes"
     app.router.add_get(r"/sandbox/{framework_id}/{task_id}/{file:stdout|stderr}", _read)
     return app
@@ -196,12 +225,18 @@ class SandboxServer:
         *,
         advertise_host: str | None = None,
         allowed_hosts: Iterable[str] = (),
+        tls: TlsConfig | None = None,
+        readers: Collection[str] = (MASTER_PRINCIPAL,),
+        insecure: bool = False,
     ) -> None:
         self._work_dir = work_dir
         self._allowed = AllowedHosts([*allowed_hosts, *filter(None, [advertise_host])], host)
         self._host = host
         self._port = port
         self._advertise = advertise_host
+        self._tls = tls
+        self._readers = frozenset(readers)
+        self._insecure = insecure
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -213,13 +248,13 @@ class SandboxServer:
         return format_address(host, self.port)
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(
-            create_sandbox_app(self._work_dir, self._allowed),
-            access_log=None,
-            shutdown_timeout=1.0,
-        )
+        tls = self._tls
+        check_listen("task sandboxes", self._host, tls=tls is not None, insecure=self._insecure)
+        ssl_context = tls.server_context(require_client_cert=True) if tls else None
+        app = create_sandbox_app(self._work_dir, self._allowed, self._readers if tls else None)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port)
+        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=ssl_context)
         try:
             await site.start()
         except OSError:
@@ -227,7 +262,7 @@ class SandboxServer:
             self._runner = None
             raise
         self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        log.info("sandbox server started", address=self.address)
+        log.info("sandbox server started", address=self.address, tls=tls is not None)
 
     async def stop(self) -> None:
         if self._runner is not None:

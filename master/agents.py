@@ -256,9 +256,10 @@ class AgentHandling(MasterCore):
             lost=len(lost),
             kills=len(kills),
         )
-        # Removing frameworks waiting only for this agent's lost tasks are done.
-        for entry in lost:
-            framework = self.frameworks.get(entry.framework_id)
+        # Removing frameworks waiting only for this agent's tasks (lost, or ended
+        # while the master was away) are done.
+        for framework_id in {e.framework_id for e in expected}:
+            framework = self.frameworks.get(framework_id)
             if framework is not None:
                 self._forget_if_done(framework)
         return kills
@@ -320,6 +321,25 @@ class AgentHandling(MasterCore):
             state=rt.state.value,
         )
 
+    def _deliver_pending_ends(self, agent_id: str, reason: str) -> None:
+        """Ends the master knew of (`end_pending`) whose updates the removed agent
+        will never deliver now: the master tells the frameworks itself."""
+        for framework in self.frameworks.values():
+            for task in framework.completed:
+                if task.end_pending and task.agent_id == agent_id:
+                    task.end_pending = False
+                    self._notify(
+                        task.framework_id,
+                        self._master_status(
+                            task.spec.task_id,
+                            task.framework_id,
+                            agent_id,
+                            task.state,
+                            f"the task ended; agent {agent_id} was removed before it "
+                            f"delivered its updates: {reason}",
+                        ),
+                    )
+
     def _stand_in(self, framework_id: str) -> FrameworkRecord:
         """A removing framework for tasks whose framework is gone, in the default role."""
         info = FrameworkInfo("(gone)", DEFAULT_ROLE, 0.0, framework_id)
@@ -370,6 +390,7 @@ class AgentHandling(MasterCore):
         self._rescind_agent_offers(agent_id)
         for task in list(agent.tasks.values()):
             self._terminate(task, TaskState.LOST, f"agent {agent_id} was removed: {reason}")
+        self._deliver_pending_ends(agent_id, reason)
         self.allocator.remove_agent(agent_id)
         self._cluster_changed()
         del self.agents[agent_id]

@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.master.stream_limits import GrpcStreamLimitsConfig
+from mesolite.tls import TlsConfig
+
 
 @dataclass(frozen=True, slots=True)
 class MasterConfig:
@@ -36,3 +39,11 @@ class MasterConfig:
     # /events streams the web UI may hold open: in all, and per client (principal or IP).
     event_streams: int = 64
     event_streams_per_client: int = 4
+    # gRPC streams per client (principal on a host, else host), and how long a new
+    # stream may wait before its first message (master/stream_limits.py).
+    grpc_streams: GrpcStreamLimitsConfig = field(default_factory=GrpcStreamLimitsConfig)
+    # TLS on both ports, and with it authentication of every call (master/authn.py).
+    tls: TlsConfig | None = None
+    credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)
+    # Listen on a non-loopback address without TLS (refused otherwise).
+    insecure: bool = False

@@ -1,9 +1,11 @@
 """Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus,
 and the web UI (`master.ui_routes`).
 
-Every request passes two checks first: its Host header (`mesolite.http_hosts`,
-against DNS rebinding), then the permission its route asks for
-(`master.http_access`: the route table, and the guard that authentication plugs in).
+Every request passes three checks first: its Host header (`mesolite.http_hosts`,
+against DNS rebinding), who sends it (`master.authn`: with authentication on, a
+request without a principal is refused with 401, whatever its path), then the
+permission its route asks for (`master.http_access`: the route table, and the ACLs
+judging the principal authentication found).
 
 /state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), from a snapshot taken by
 `master.read_model.build_snapshot` after the request arrived, encoded in a worker
@@ -16,12 +18,14 @@ fields, never rename.
 from __future__ import annotations
 
 import functools
+import ssl
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from mesolite.http_hosts import AllowedHosts, host_check
 from mesolite.master.acl import Action
+from mesolite.master.authn import Authenticator
 from mesolite.master.http_access import Guard, Route, acl_guard, add_routes, check_permission
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
@@ -50,14 +54,24 @@ def create_app(
     *,
     allowed_hosts: AllowedHosts | None = None,
     guard: Guard | None = None,
+    authn: Authenticator | None = None,
+    sandbox_ssl: ssl.SSLContext | None = None,
 ) -> web.Application:
     """The master's HTTP app. `allowed_hosts`: the Host headers it answers (default: the
-    local names only); `guard`: who may do what (`master.http_access`; default: the
-    master's ACLs, every request anonymous).
+    local names only); `authn`: who sends each request (default: authentication off,
+    every request anonymous); `guard`: who may do what (`master.http_access`; default:
+    the master's ACLs, for the principal `authn` found). `sandbox_ssl`, when given, is
+    how the sandbox proxy reaches the agents: HTTPS, verified against the cluster's CA,
+    presenting the master's certificate.
     /events streams are limited by `master.config` (`event_streams*`)."""
     config = master.config
+    authn = authn or Authenticator(enabled=False)
     app = web.Application(
-        middlewares=[host_check(allowed_hosts or AllowedHosts()), check_permission]
+        middlewares=[
+            host_check(allowed_hosts or AllowedHosts()),
+            authn.middleware(),
+            check_permission,
+        ]
     )
     app[MASTER_KEY] = master
     snapshot = functools.partial(build_snapshot, master)
@@ -74,7 +88,8 @@ def create_app(
             limits=StreamLimits(
                 total=config.event_streams, per_client=config.event_streams_per_client
             ),
+            sandbox_ssl=sandbox_ssl,
         ),
     ]
-    add_routes(app, routes, guard or acl_guard(master))
+    add_routes(app, routes, guard or acl_guard(master, authn.request_principal))
     return app

@@ -14,9 +14,10 @@ route added without an action is refused (403), never served unchecked.
 The guard decides: it returns the request's principal (None for an anonymous
 client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
 `acl_guard`: the ACLs, through `Master.authorized`, with the principal found by
-`principal_of` (authentication: a client certificate or a bearer token; until
-it is given one, every request is anonymous, which ACLs allow only where they
-say ANY, and without an ACL file everything is allowed). For `access_sandboxes`
+`principal_of` (the master's is `master.authn`: a client certificate or a bearer
+token, and with TLS a request without either never gets here; without TLS every
+request is anonymous, which ACLs allow only where they say ANY, and without an
+ACL file everything is allowed). For `access_sandboxes`
 the object is the principal of the framework named in the path. Handlers read
 the principal with `principal(request)`: /events counts its streams per principal.
 """

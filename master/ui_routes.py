@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import ssl
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -249,8 +250,9 @@ _PROXY_TIMEOUT = aiohttp.ClientTimeout(total=10, sock_connect=3)
 class SandboxProxy:
     """Reads task sandboxes from the agents' sandbox servers for the page."""
 
-    def __init__(self, agent: AgentLookup) -> None:
+    def __init__(self, agent: AgentLookup, ssl_context: ssl.SSLContext | None = None) -> None:
         self._agent = agent
+        self._ssl = ssl_context  # HTTPS to the agents when the cluster has TLS
         self.session: aiohttp.ClientSession | None = None
 
     async def read(self, request: web.Request) -> web.Response:
@@ -275,8 +277,12 @@ class SandboxProxy:
             raise web.HTTPBadRequest(text=str(e)) from None
         if self.session is None or self.session.closed:
             raise web.HTTPServiceUnavailable(text="the master is stopping")
+        if self._ssl is not None:
+            url = url.with_scheme("https")  # verified against the CA, as the master
         try:
-            async with self.session.get(url, allow_redirects=False) as upstream:
+            async with self.session.get(
+                url, allow_redirects=False, ssl=self._ssl or True
+            ) as upstream:
                 if upstream.status != 200:
                     status = upstream.status if upstream.status in (400, 404) else 502
                     text = (await _read_at_most(upstream, 500)).decode(errors="replace")
@@ -366,12 +372,14 @@ def setup_ui(
     snapshot: Snapshot,
     agent: AgentLookup,
     limits: StreamLimits = StreamLimits(),
+    sandbox_ssl: ssl.SSLContext | None = None,
 ) -> list[Route]:
     """Set `app` up for the UI, reading the cluster through `snapshot` (for /events,
-    within `limits`) and `agent` (where a task's sandbox is served); returns the UI's
-    routes, for the master's route table (`master.http_access`)."""
+    within `limits`) and `agent` (where a task's sandbox is served, over HTTPS with
+    `sandbox_ssl` when given); returns the UI's routes, for the master's route table
+    (`master.http_access`)."""
     app[_BROADCASTER_KEY] = StateBroadcaster(snapshot, limits=limits)
-    app[_PROXY_KEY] = SandboxProxy(agent)
+    app[_PROXY_KEY] = SandboxProxy(agent, sandbox_ssl)
     app.cleanup_ctx.append(_background)
     app.on_shutdown.append(_on_shutdown)
     return [

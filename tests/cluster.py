@@ -3,6 +3,10 @@
 Everything talks real gRPC over loopback on ports chosen by the kernel (port 0),
 tasks are real subprocesses, and `LocalCluster` cleans up every process it
 started, including the tasks of agents that were killed with SIGKILL.
+
+`LocalCluster(..., certs=DIR)` runs it with TLS and authentication, from a
+directory `mesolite.certs.init_cluster` wrote: the master, its agents (and their
+sandbox servers) and `state()` use the bundles `master`, `agent` and `admin`.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from mesolite.agent.sandbox_http import SandboxServer
 from mesolite.master.master import MasterConfig
 from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
+from mesolite.tls import TlsConfig
 from tests.support.cgroups import TEST_CGROUPS_ROOT, TEST_ISOLATION
 from tests.waiting import wait_for_condition
 
@@ -101,13 +106,35 @@ class SkippingClock:
 
 
 class LocalCluster:
-    def __init__(self, work_dir: Path, config: MasterConfig = FAST) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        config: MasterConfig = FAST,
+        *,
+        certs: Path | None = None,
+        token_port: bool = False,
+    ) -> None:
         self.work_dir = work_dir
         if config.work_dir is None:  # the registry lives here, across master restarts
             config = replace(config, work_dir=work_dir / "master")
+        self.certs = certs
+        if certs is not None:
+            credentials = certs / "credentials"
+            config = replace(
+                config,
+                tls=self.bundle("master"),
+                credentials_file=credentials if credentials.exists() else None,
+            )
         self.config = config
         self.clock = SkippingClock()
-        self.server = MasterServer(config, host="127.0.0.1", port=0, http_port=0, clock=self.clock)
+        self.server = MasterServer(
+            config,
+            host="127.0.0.1",
+            port=0,
+            http_port=0,
+            clock=self.clock,
+            token_port=0 if token_port else None,
+        )
         self.agents: list[Agent] = []
         self.agent_processes: list[AgentProcess] = []
         self.sandbox_servers: list[SandboxServer] = []  # one per in-process agent
@@ -116,6 +143,14 @@ class LocalCluster:
     @property
     def address(self) -> str:
         return self.server.grpc_address
+
+    def bundle(self, name: str) -> TlsConfig:
+        """The TLS bundle of principal `name` (a cluster made with `certs=`)."""
+        assert self.certs is not None, "a cluster without TLS has no bundles"
+        return TlsConfig.from_dir(self.certs / name)
+
+    def _tls(self, name: str) -> TlsConfig | None:
+        return self.bundle(name) if self.certs is not None else None
 
     @property
     def master(self) -> Any:
@@ -148,7 +183,8 @@ class LocalCluster:
     ) -> Agent:
         """Start an agent in this process and wait until the master has registered it."""
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
-        sandboxes = SandboxServer(self.work_dir / name)  # what the web UI reads task output from
+        # What the web UI reads task output from.
+        sandboxes = SandboxServer(self.work_dir / name, tls=self._tls("agent"))
         await sandboxes.start()
         self.sandbox_servers.append(sandboxes)
         agent = Agent(
@@ -162,6 +198,7 @@ class LocalCluster:
                 reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
                 status_retry=Backoff(initial=0.2, maximum=1.0),
                 isolation=isolation,
+                tls=self._tls("agent"),
             )
         )
         self.agents.append(agent)
@@ -174,7 +211,8 @@ class LocalCluster:
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
         work_dir = self.work_dir / name
         before = set(self.master.agents)
-        proc = await spawn_agent_process(self.address, work_dir, resources, name)
+        flags = ("--tls-dir", str(self.certs / "agent")) if self.certs else ()
+        proc = await spawn_agent_process(self.address, work_dir, resources, name, *flags)
         self.agent_processes.append(proc)
         await wait_for_condition(
             lambda: set(self.master.agents) - before != set(), what=f"agent {name} to register"
@@ -224,7 +262,10 @@ class LocalCluster:
 
     async def state(self) -> dict[str, Any]:
         assert self._http is not None
-        async with self._http.get(f"http://{self.server.http_address}/state") as response:
+        admin = self._tls("admin")
+        async with self._http.get(
+            f"{self.server.http_url}/state", ssl=admin.client_context() if admin else True
+        ) as response:
             response.raise_for_status()
             data: dict[str, Any] = await response.json()
             return data
@@ -252,6 +293,7 @@ class MasterProcess:
         self.http_port = free_port()
         self.process: asyncio.subprocess.Process | None = None
         self.starts = 0
+        self.banner = ""  # the first line the master printed
 
     @property
     def address(self) -> str:
@@ -282,6 +324,7 @@ class MasterProcess:
         )
         assert self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), 30)
+        self.banner = line.decode()
         if b"listening on" not in line:
             raise AssertionError(f"master did not start: {line!r}")
 
@@ -345,7 +388,7 @@ class MasterProcess:
 
 
 async def spawn_agent_process(
-    master: str, work_dir: Path, resources: str, name: str
+    master: str, work_dir: Path, resources: str, name: str, *flags: str
 ) -> AgentProcess:
     """`mesolite agent` as a subprocess (it registers on its own; callers wait for it)."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -364,6 +407,7 @@ async def spawn_agent_process(
         name,
         "--cgroups-root",
         TEST_CGROUPS_ROOT,
+        *flags,
         stdout=(work_dir / "agent.log").open("ab"),
         stderr=asyncio.subprocess.STDOUT,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mesolite import tls_options
 from mesolite.agent.isolation import MODES as ISOLATION_MODES
 from mesolite.agent.isolation import IsolationConfig
 from mesolite.http_hosts import normal_host
@@ -19,7 +20,8 @@ MASTER = MasterConfig()
 ISOLATION = IsolationConfig()
 _DESCRIPTION = (
     "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
-    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py)."
+    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py); make a\n"
+    "cluster's certificates (`mesolite certs init DIR`)."
 )
 
 
@@ -235,6 +237,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=MASTER.policy,
         help="how shares are measured: dominant share, asset sum, or slots",
     )
+    _add_master_security(m)
 
     a = sub.add_parser("agent", help="run an agent")
     a.add_argument("--master", required=True, metavar="HOST:PORT")
@@ -265,6 +268,18 @@ def build_parser() -> argparse.ArgumentParser:
         "localhost and this machine's name; '*' for any",
     )
     _add_isolation_options(a)
+    tls_options.add_client_options(a)
+    a.add_argument(
+        "--master-principal",
+        default="master",
+        metavar="NAME",
+        help="with TLS, the only principal the sandbox server answers (the master's CN)",
+    )
+    a.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow serving sandboxes on a non-loopback address without TLS",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -299,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--http-port", type=int, default=5051, help="the web UI's port (taken: any free port)"
     )
+
+    _add_certs(sub)
 
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)
@@ -352,4 +369,94 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS",
             help="show it again every SECONDS (default 2) until Ctrl-C",
         )
+        tls_options.add_client_options(s)
     return parser
+
+
+def _add_master_security(m: argparse.ArgumentParser) -> None:
+    t = m.add_argument_group(
+        "TLS and authentication",
+        "With TLS both ports are encrypted and every call must come from a principal: a "
+        "client certificate from the CA (its CN), or a bearer token from --credentials.",
+    )
+    tls_options.add_file_options(
+        t, "the master's bundle from `mesolite certs init` (ca.crt, tls.crt, tls.key)"
+    )
+    t.add_argument(
+        "--credentials",
+        type=Path,
+        metavar="FILE",
+        help="bearer tokens (principal and sha256 per line; certs init --token writes it); "
+        "reloaded on SIGHUP",
+    )
+    t.add_argument(
+        "--token-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="a second gRPC port for bearer-token clients (0: any free port); the main port "
+        "requires certificates",
+    )
+    t.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without TLS (anyone who reaches it can act as anyone)",
+    )
+
+
+def _add_certs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser("certs", help="make a CA and certificates for a cluster")
+    cs = c.add_subparsers(dest="certs", required=True)
+    ci = cs.add_parser(
+        "init",
+        help="a new CA and bundles for the master, an agent, frameworks and users",
+        description="Writes DIR/ca.crt and DIR/ca.key (keep it safe) and one bundle per "
+        "principal, DIR/<name>/{ca.crt,tls.crt,tls.key}, for --tls-dir. A principal is its "
+        "certificate's CN. Keys are 0600.",
+    )
+    ci.add_argument("dir", type=Path, metavar="DIR")
+    ci.add_argument(
+        "--principal",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a framework or CLI user to make a certificate for (repeatable; "
+        "default: framework and admin)",
+    )
+    ci.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the master (besides localhost, 127.0.0.1, ::1)",
+    )
+    ci.add_argument(
+        "--agent-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the agent's sandbox server",
+    )
+    ci.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a principal with a bearer token instead of a certificate (repeatable): "
+        "DIR/NAME/token, and its hash in DIR/credentials for the master's --credentials",
+    )
+    ci.add_argument("--days", type=int, default=365, help="how long the certificates are valid")
+    cn = cs.add_parser("issue", help="one more certificate from the CA in DIR")
+    cn.add_argument("dir", type=Path, metavar="DIR")
+    cn.add_argument("name", metavar="NAME")
+    cn.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="make it a server certificate for this name (an agent on another machine)",
+    )
+    cn.add_argument("--days", type=int, default=365)
+    ct = cs.add_parser("token", help="a bearer token for NAME, added to DIR/credentials")
+    ct.add_argument("dir", type=Path, metavar="DIR")
+    ct.add_argument("name", metavar="NAME")

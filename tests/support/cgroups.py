@@ -15,6 +15,7 @@ from mesolite.agent._task_wrapper import kill_cgroup
 from mesolite.agent.isolation import IsolationConfig
 
 TEST_CGROUPS_ROOT = f"mesolite-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+DEFAULT_CGROUPS_ROOT = IsolationConfig().cgroups_root
 # Agents in tests: cgroups where the machine has them, under the session's root.
 TEST_ISOLATION = IsolationConfig(cgroups_root=TEST_CGROUPS_ROOT)
 
