@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from mesolite.agent._task_wrapper import cgroup_pids, kill_cgroup
+from mesolite.agent.errors import AgentError
 
 REQUIRED = ("memory", "cpu", "pids")
 OPTIONAL = ("cpuacct", "freezer")  # v1 only: v2 has CPU time in cpu.stat and a freezer built in
@@ -57,7 +58,7 @@ _MB = 1024 * 1024
 _NAME = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-class CgroupError(Exception):
+class CgroupError(AgentError):
     """The agent cannot use cgroups here, or could not set one up; the message says why."""
 
 

@@ -81,7 +81,30 @@ class TaskProcesses:
 
     async def run(self, t: TaskRun) -> TaskTransition:
         """Run `t` to its end, or, recovered, watch it to its end; returns how it ended."""
-        return await (self._watch(t) if t.recovered else self._execute(t))
+        try:
+            final = await (self._watch(t) if t.recovered else self._execute(t))
+        except Exception:
+            await self._end_container(t)  # the run is given up: nothing of it lives on
+            raise
+        # Also for a run that ended before its wrapper did (killed before it started,
+        # or the wrapper could not start): no cgroup is left behind. (After
+        # `_outcome` it is gone already.)
+        await self._end_container(t)
+        return final
+
+    @staticmethod
+    async def _end_container(t: TaskRun) -> None:
+        container = t.container
+        if container is None:
+            return
+        wrapper = t.pid if t.pid is not None and not t.exited.is_set() else None
+
+        def end() -> None:
+            if wrapper is not None:
+                container.kill(wrapper)
+            container.clean_up()
+
+        await asyncio.to_thread(end)
 
     async def _execute(self, t: TaskRun) -> TaskTransition:
         """Run the task to its end and return its terminal transition."""

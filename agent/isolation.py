@@ -275,6 +275,14 @@ class Isolator:
                 raise AgentError(f"no such task user {config.task_user!r}") from e
         if announce:
             self._announce()
+            if self.user is not None and (closed := unreachable_ancestor(work_dir, self.user)):
+                log.warning(
+                    "the task user cannot reach the sandboxes by path: tasks run in theirs "
+                    "(their working directory), but MESOLITE_SANDBOX and HOME do not resolve "
+                    "for them; let others search the work dir's parents (chmod o+x)",
+                    task_user=self.user.name,
+                    closed=str(closed),
+                )
 
     @classmethod
     def unconfined(cls) -> Isolator:
@@ -352,6 +360,25 @@ class Isolator:
         """The agent stops: remove its scope where it is empty. Blocking."""
         if self._cgroups is not None:
             self._cgroups.remove_scope()
+
+
+def unreachable_ancestor(path: Path, user: TaskUser) -> Path | None:
+    """The first existing directory on the way to `path` that `user` may not search
+    (enter), or None if it may enter them all."""
+    for directory in reversed(Path(path).absolute().parents):
+        try:
+            st = directory.stat()
+        except OSError:
+            return None  # not there yet: the agent makes it (0755)
+        if st.st_uid == user.uid:
+            allowed = st.st_mode & 0o100
+        elif st.st_gid in user.groups:
+            allowed = st.st_mode & 0o010
+        else:
+            allowed = st.st_mode & 0o001
+        if not allowed:
+            return directory
+    return None
 
 
 class UsageMeter:

@@ -13,6 +13,7 @@ import json
 import os
 import pwd
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -39,6 +40,8 @@ from mesolite.agent.isolation import (
     IsolationConfig,
     IsolationMode,
     Isolator,
+    TaskUser,
+    unreachable_ancestor,
 )
 from mesolite.agent.tasks import TaskRunner
 from mesolite.model import TaskSpec, TaskState
@@ -229,6 +232,18 @@ async def test_a_cpu_hog_is_held_to_its_cpus_with_a_hard_limit(
     assert stats is not None and stats.throttled_seconds  # the quota held it back
     runner.kill(FW, "spin")
     assert (await recorder.wait_final("spin")).state is TaskState.KILLED
+
+
+@needs_cgroups
+async def test_a_task_killed_before_it_started_leaves_no_cgroup(
+    make_runner: MakeRunner, recorder: Recorder
+) -> None:
+    runner = make_runner()
+    runner.launch(FW, spec("t", "sleep 60"))
+    runner.kill(FW, "t")  # before its wrapper exists
+    final = await recorder.wait_final("t")
+    assert (final.state, final.message) == (TaskState.KILLED, "killed before it started")
+    # (make_runner's teardown checks that no task's cgroup is left)
 
 
 # A kill ends everything the task started.
@@ -440,6 +455,21 @@ async def test_the_fallback_limits_memory_per_process(
 
 
 # Settings and the cgroup v2 code path (on a fake hierarchy: this machine has v1).
+
+
+def test_a_work_dir_the_task_user_cannot_reach_is_found() -> None:
+    user = TaskUser("nobody", NOBODY.pw_uid, NOBODY.pw_gid, (NOBODY.pw_gid,))
+    # Under /tmp itself: pytest's own directories are 0700, closed to anyone but root.
+    top = Path(f"/tmp/mesolite-reach-{uuid.uuid4().hex[:8]}")
+    (top / "closed" / "work").mkdir(parents=True)
+    try:
+        top.chmod(0o755)
+        (top / "closed").chmod(0o700)
+        assert unreachable_ancestor(top / "closed" / "work" / "sandboxes", user) == top / "closed"
+        (top / "closed").chmod(0o711)  # search, not list: enough
+        assert unreachable_ancestor(top / "closed" / "work" / "sandboxes", user) is None
+    finally:
+        shutil.rmtree(top)
 
 
 def test_unusable_settings_stop_the_agent_from_starting(tmp_path: Path) -> None:
