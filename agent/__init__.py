@@ -7,6 +7,7 @@ or as ``async with Agent(config) as agent:`` to run it in the background.
 from mesolite.agent.agent import Agent
 from mesolite.agent.config import AgentConfig
 from mesolite.agent.errors import AgentError, AgentRegistrationError
+from mesolite.agent.isolation import IsolationConfig, IsolationMode
 from mesolite.agent.resources import detect_resources
 from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.backoff import Backoff
@@ -17,6 +18,8 @@ __all__ = [
     "AgentError",
     "AgentRegistrationError",
     "Backoff",
+    "IsolationConfig",
+    "IsolationMode",
     "TaskRunner",
     "TaskTransition",
     "detect_resources",

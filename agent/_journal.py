@@ -270,6 +270,7 @@ def _record_to_json(record: Record) -> dict[str, Any]:
             "timestamp": s.timestamp,
             "update_id": s.update_id,
             "source": s.source.value,
+            "reason": s.reason,
         },
     }
 
@@ -295,6 +296,7 @@ def _record_from_json(data: Any) -> Record:
         timestamp=float(s["timestamp"]),
         update_id=_str(s["update_id"]),
         source=StatusSource(s["source"]),
+        reason=_str(s.get("reason", "")),  # journals from before reasons have none
     )
     if not status.update_id:
         raise ValueError("a journaled update needs its update id")

@@ -78,12 +78,15 @@ class StatusReporter:
                     status.message,
                     status.exit_code,
                     update.run_id,
+                    status.reason,
                 )
         return ends
 
     def report_transition(self, t: TaskTransition) -> asyncio.Future[None]:
         """The task runner's status callback."""
-        return self.report(t.framework_id, t.task_id, t.state, t.message, t.exit_code, t.run_id)
+        return self.report(
+            t.framework_id, t.task_id, t.state, t.message, t.exit_code, t.run_id, t.reason
+        )
 
     def report(
         self,
@@ -93,6 +96,7 @@ class StatusReporter:
         message: str = "",
         exit_code: int | None = None,
         run_id: str = "",
+        reason: str = "",
     ) -> asyncio.Future[None]:
         """Journal a new update; it is queued for sending once durable (`_on_durable`).
         The future resolves then."""
@@ -106,6 +110,7 @@ class StatusReporter:
             timestamp=time.time(),
             update_id=uuid.uuid4().hex,
             source=StatusSource.AGENT,
+            reason=reason,
         )
         log.info(
             "status update",
@@ -116,6 +121,7 @@ class StatusReporter:
             state=state.value,
             exit_code=exit_code,
             reason=message,
+            limitation=reason or None,
         )
         self._run_of_update[status.update_id] = run_id
         return self._writer.submit(PendingUpdate(status, run_id))

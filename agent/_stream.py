@@ -8,6 +8,7 @@ out through a `StreamWriter` (`mesolite/stream_writer.py`), the stream's one wri
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -16,6 +17,7 @@ import grpc.aio
 import structlog
 
 from mesolite.agent import _wire as wire
+from mesolite.model import TaskUsage
 from mesolite.stream_writer import StreamWriter
 from mesolite.v1 import agent_pb2
 
@@ -41,7 +43,10 @@ async def ended(call: Any, registered: bool) -> StreamEnd:
     return StreamEnd(await call.code(), await call.details() or "", registered)
 
 
-async def heartbeats(outbox: Outbox, interval: float) -> None:
+async def heartbeats(
+    outbox: Outbox, interval: float, usage: Callable[[], Awaitable[list[TaskUsage]]]
+) -> None:
+    """A heartbeat every `interval` seconds, with what `usage()` measured just before."""
     while True:
         await asyncio.sleep(interval)
-        await outbox.put(wire.heartbeat_call())
+        await outbox.put(wire.heartbeat_call(await usage()))

@@ -4,16 +4,22 @@ what becomes of their transitions, is the task runner's business (`agent/tasks.p
 
 A task is ``/bin/sh -c <command>`` run by a task wrapper (`agent._task_wrapper`)
 that the agent starts in a new session: the wrapper leads the task's process
-group, so a kill reaches everything the command spawned, and it writes the
-command's exit status to the sandbox (`exit.json`), so the status survives the
-agent. A kill is SIGTERM to the group, then SIGKILL after the grace period. A
-process killed by signal N reports exit code 128 + N, as a shell would.
+group, puts the command into the task's container (`agent/isolation.py`: its
+cgroup, limits and user) before it executes, and writes the command's exit
+status to the task's records directory (`exit.json`), so the status survives
+the agent. A kill is SIGTERM to the group, then, after the grace period,
+SIGKILL to everything in the container. Whenever a run ends, what is left in
+its container is killed, its cgroup's figures read (a memory-limit kill makes
+the task FAILED with REASON_CONTAINER_LIMITATION_MEMORY) and the cgroup
+removed. A process killed by signal N reports exit code 128 + N, as a shell
+would.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import pwd
 import signal
 import sys
 import time
@@ -32,16 +38,19 @@ from mesolite.agent._procs import (
     wait_for_exit,
     wait_readable,
 )
+from mesolite.agent._task_env import task_environment
 from mesolite.agent._task_records import (
     EXIT_FILE,
     WRAPPER_FILE,
     TaskRun,
     TaskTransition,
     describe_exit,
+    prepare_records,
     prepare_sandbox,
     returncode_of,
     write_checkpoint,
 )
+from mesolite.agent.isolation import Isolator
 from mesolite.model import TaskState
 
 log = structlog.get_logger("mesolite.agent.tasks")
@@ -63,25 +72,60 @@ class TaskProcesses:
         *,
         shell: str,
         kill_grace_period: float,
+        isolator: Isolator,
     ) -> None:
         self._report = report
         self._shell = shell
         self._grace = kill_grace_period
+        self._isolator = isolator
 
     async def run(self, t: TaskRun) -> TaskTransition:
         """Run `t` to its end, or, recovered, watch it to its end; returns how it ended."""
-        return await (self._watch(t) if t.recovered else self._execute(t))
+        try:
+            final = await (self._watch(t) if t.recovered else self._execute(t))
+        except Exception:
+            await self._end_container(t)  # the run is given up: nothing of it lives on
+            raise
+        # Also for a run that ended before its wrapper did (killed before it started,
+        # or the wrapper could not start): no cgroup is left behind. (After
+        # `_outcome` it is gone already.)
+        await self._end_container(t)
+        return final
+
+    @staticmethod
+    async def _end_container(t: TaskRun) -> None:
+        container = t.container
+        if container is None:
+            return
+        wrapper = t.pid if t.pid is not None and not t.exited.is_set() else None
+
+        def end() -> None:
+            if wrapper is not None:
+                container.kill(wrapper)
+            container.clean_up()
+
+        await asyncio.to_thread(end)
 
     async def _execute(self, t: TaskRun) -> TaskTransition:
         """Run the task to its end and return its terminal transition."""
         try:
-            stdout, stderr = await asyncio.to_thread(prepare_sandbox, t.sandbox)
+            await asyncio.to_thread(prepare_records, t.records)
+            stdout, stderr = await asyncio.to_thread(
+                prepare_sandbox, t.sandbox, self._isolator.user
+            )
         except OSError as e:
             return t.transition(TaskState.FAILED, f"could not create the sandbox: {e}")
         t.sandbox_ready = True
         try:
+            try:
+                t.container = await asyncio.to_thread(
+                    self._isolator.create, t.run_id, t.spec.resources
+                )
+            except OSError as e:
+                log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
+                return t.transition(TaskState.FAILED, f"could not set up the task's cgroup: {e}")
             # Before the wrapper exists: a restarted agent then knows the run
-            # never got going, rather than finding nothing at all.
+            # never got going (and which cgroup it had), rather than finding nothing.
             await write_checkpoint(t)
             if t.kill_requested:
                 return t.transition(TaskState.KILLED, "killed before it started")
@@ -91,6 +135,7 @@ class TaskProcesses:
                     *self._wrapper_argv(t),
                     "--ready-fd",
                     str(ready_write),
+                    *t.container.wrapper_args(),
                     "--",
                     self._shell,
                     "-c",
@@ -173,7 +218,7 @@ class TaskProcesses:
         """(pid, start time) of a task's wrapper that the last agent did not checkpoint."""
         for _ in range(2):
             try:
-                wrapper = await asyncio.to_thread(read_json, t.sandbox / WRAPPER_FILE)
+                wrapper = await asyncio.to_thread(read_json, t.records / WRAPPER_FILE)
             except (OSError, ValueError):
                 wrapper = None
             if wrapper is not None:
@@ -190,7 +235,7 @@ class TaskProcesses:
 
     @staticmethod
     def _wrapper_argv(t: TaskRun) -> list[str]:
-        return [sys.executable, "-I", str(_WRAPPER), str(t.sandbox)]
+        return [sys.executable, "-I", str(_WRAPPER), str(t.records)]
 
     async def _outcome(
         self, t: TaskRun, wrapper_returncode: int | None, *, ended_while_down: bool
@@ -198,7 +243,7 @@ class TaskProcesses:
         """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
         assert t.pid is not None
         try:
-            record = await asyncio.to_thread(read_json, t.sandbox / EXIT_FILE)
+            record = await asyncio.to_thread(read_json, t.records / EXIT_FILE)
         except (OSError, ValueError) as e:
             log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
             record = None
@@ -208,6 +253,9 @@ class TaskProcesses:
         # when the pid names a live process again (then the group is not ours).
         if not wrapper_cleaned_up and process_start_time(t.pid) is None:
             signal_group(t.pid, signal.SIGKILL)
+        # Whatever the command left (a setsid child, a double fork) ends with it.
+        stats = await asyncio.to_thread(t.container.clean_up) if t.container else None
+        limitation = t.container.limitation(stats) if t.container else None
         if record is not None and "error" in record:
             return t.transition(TaskState.FAILED, f"could not start the command: {record['error']}")
         if returncode is None and t.sigkilled:
@@ -218,8 +266,13 @@ class TaskProcesses:
                 if t.sigkilled:
                     how += f" (still alive {self._grace:g} s after SIGTERM)"
                 return t.transition(TaskState.KILLED, f"killed on request: {how}", exit_code)
-            state = TaskState.FINISHED if returncode == 0 else TaskState.FAILED
-            return t.transition(state, how, exit_code)
+            if returncode == 0:
+                return t.transition(TaskState.FINISHED, how, exit_code)
+            if limitation is not None:
+                return t.transition(
+                    TaskState.FAILED, f"{limitation.message} ({how})", exit_code, limitation.reason
+                )
+            return t.transition(TaskState.FAILED, how, exit_code)
         if ended_while_down:
             why = "the task's wrapper died while the agent was down"
         elif wrapper_returncode is not None:
@@ -232,14 +285,17 @@ class TaskProcesses:
         return t.transition(TaskState.FAILED, why)
 
     def _environment(self, t: TaskRun) -> dict[str, str]:
-        env = {**os.environ, **t.spec.environment}
-        # Set last so a task cannot be misled about where and what it is.
-        env["MESOLITE_FRAMEWORK_ID"] = t.framework_id
-        env["MESOLITE_TASK_ID"] = t.spec.task_id
-        env["MESOLITE_SANDBOX"] = str(t.sandbox)
-        if t.spec.agent_id:
-            env["MESOLITE_AGENT_ID"] = t.spec.agent_id
-        return env
+        user = self._isolator.user
+        return task_environment(
+            os.environ,
+            task_env=t.spec.environment,
+            sandbox=t.sandbox,
+            user=user.name if user is not None else _own_user(),
+            framework_id=t.framework_id,
+            task_id=t.spec.task_id,
+            agent_id=t.spec.agent_id,
+            pass_env=self._isolator.config.pass_env,
+        )
 
     def request_kill(self, t: TaskRun) -> None:
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id)
@@ -273,7 +329,10 @@ class TaskProcesses:
         except TimeoutError:
             bound.warning("task outlived its grace period; sending SIGKILL", grace=self._grace)
             t.sigkilled = True
-            signal_group(pid, signal.SIGKILL)
+            if t.container is not None:
+                await asyncio.to_thread(t.container.kill, pid)
+            else:
+                signal_group(pid, signal.SIGKILL)
 
 
 async def _wait_ready(fd: int) -> bool:
@@ -285,3 +344,10 @@ async def _wait_ready(fd: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def _own_user() -> str:
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())

@@ -5,11 +5,20 @@ task; `checkpoint_record` and `task_from_checkpoint` turn it into the
 `task.json` a restarted agent reads back, and `returncode_of` /
 `describe_exit` read the wrapper's `exit.json`, and `write_checkpoint` writes
 `task.json`. Nothing here starts, signals or waits for a process.
+
+A task's records (`task.json`, which holds its environment, and the wrapper's
+`exit.json` and `wrapper.json`) are in its records directory,
+``<work_dir>/meta/<framework_id>/<task_id>/``, under a ``meta`` that only the
+agent's user may enter (0700): tasks, which may run as another user and own
+their sandboxes, can neither read nor replace them. (Agents before this layout
+kept them in the sandbox; `scan_checkpoints` still finds those.)
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import signal
 import time
 import uuid
@@ -22,12 +31,15 @@ import structlog
 
 from mesolite.agent import _task_wrapper
 from mesolite.agent._checkpoint import read_json, write_json_atomically
+from mesolite.agent.isolation import Container, TaskUser
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 
 log = structlog.get_logger(__name__)
 
 CHECKPOINT_FILE = "task.json"
+RECORDS_DIR = "meta"  # under the work dir, beside "sandboxes"
+SANDBOXES_DIR = "sandboxes"
 EXIT_FILE = _task_wrapper.EXIT_FILE
 WRAPPER_FILE = _task_wrapper.WRAPPER_FILE
 
@@ -38,6 +50,8 @@ class TaskTransition:
 
     `run_id` names the launch the transition belongs to (a task id can be
     launched again after it ended); empty for launches refused outright.
+    `reason` names, as Mesos' TaskStatus.Reason does, a limit that ended the
+    task (e.g. REASON_CONTAINER_LIMITATION_MEMORY); empty otherwise.
     """
 
     framework_id: str
@@ -46,6 +60,7 @@ class TaskTransition:
     message: str = ""
     exit_code: int | None = None
     run_id: str = ""
+    reason: str = ""
 
 
 # May return an awaitable that resolves once the transition is durable.
@@ -58,6 +73,7 @@ class TaskRun:
     spec: TaskSpec
     sandbox: Path
     run_id: str
+    records: Path  # task.json, exit.json, wrapper.json: the agent's, not the task's
     state: TaskState = TaskState.STARTING
     live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
     process: asyncio.subprocess.Process | None = None  # only when this agent started it
@@ -68,6 +84,7 @@ class TaskRun:
     sigkilled: bool = False
     recovered: bool = False  # found on disk by a restarted agent
     sandbox_ready: bool = False
+    container: Container | None = None  # once set up; from the checkpoint when recovered
     previous: asyncio.Task[None] | None = None  # an earlier run still finishing
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     lifecycle: asyncio.Task[None] | None = None
@@ -79,12 +96,12 @@ class TaskRun:
         return (self.framework_id, self.spec.task_id)
 
     def transition(
-        self, state: TaskState, message: str = "", exit_code: int | None = None
+        self, state: TaskState, message: str = "", exit_code: int | None = None, reason: str = ""
     ) -> TaskTransition:
         """Enter `state`; returns the transition to report."""
         self.state = state
         return TaskTransition(
-            self.framework_id, self.spec.task_id, state, message, exit_code, self.run_id
+            self.framework_id, self.spec.task_id, state, message, exit_code, self.run_id, reason
         )
 
 
@@ -129,19 +146,47 @@ def describe_exit(returncode: int) -> tuple[int, str]:
     return returncode, f"command exited with status {returncode}"
 
 
-def prepare_sandbox(sandbox: Path) -> tuple[IO[bytes], IO[bytes]]:
-    sandbox.mkdir(parents=True, exist_ok=True)
+def prepare_records(records: Path) -> None:
+    """The run's records directory, under a ``meta`` only the agent's user may enter."""
+    meta = records.parent.parent
+    meta.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(meta, 0o700)  # also when an older agent made it
+    records.mkdir(parents=True, exist_ok=True)
     # A status left by an earlier run of this task id must not pass for this run's.
     # (The STARTING checkpoint's directory fsync makes the removal durable.)
-    (sandbox / EXIT_FILE).unlink(missing_ok=True)
-    (sandbox / WRAPPER_FILE).unlink(missing_ok=True)
-    stdout = open(sandbox / "stdout", "wb")  # noqa: SIM115 - handed to the child, closed by the caller
+    (records / EXIT_FILE).unlink(missing_ok=True)
+    (records / WRAPPER_FILE).unlink(missing_ok=True)
+
+
+def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], IO[bytes]]:
+    """The sandbox, owned by `owner` if given, and its fresh stdout and stderr files.
+
+    The directories above it stay the agent's (0755). The agent writes into a
+    directory its task owns, so it never follows what the task may have left
+    there: stdout and stderr are unlinked and created anew, never opened through
+    a link.
+    """
+    for directory in (sandbox.parent.parent, sandbox.parent):
+        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    sandbox.mkdir(mode=0o755, exist_ok=True)
+    if owner is not None:
+        os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
+    files: list[IO[bytes]] = []
     try:
-        stderr = open(sandbox / "stderr", "wb")  # noqa: SIM115
+        for name in ("stdout", "stderr"):
+            path = sandbox / name
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(path, flags, 0o644)
+            if owner is not None:
+                os.fchown(fd, owner.uid, owner.gid)
+            files.append(os.fdopen(fd, "wb"))
     except OSError:
-        stdout.close()
+        for f in files:
+            f.close()
         raise
-    return stdout, stderr
+    return files[0], files[1]
 
 
 def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any]:
@@ -162,6 +207,8 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
         "state": t.state.value,
         "killing": t.kill_requested,
     }
+    if t.container is not None:
+        record["container"] = t.container.record()
     if final is not None:
         record.update(
             state=final.state.value,
@@ -169,6 +216,8 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
             exit_code=final.exit_code,
             message=final.message,
         )
+        if final.reason:
+            record["reason"] = final.reason
     return record
 
 
@@ -179,7 +228,7 @@ async def write_checkpoint(t: TaskRun, final: TaskTransition | None = None) -> N
     async with t.checkpoint_lock:
         record = checkpoint_record(t, final)
         try:
-            await asyncio.to_thread(write_json_atomically, t.sandbox / CHECKPOINT_FILE, record)
+            await asyncio.to_thread(write_json_atomically, t.records / CHECKPOINT_FILE, record)
         except OSError as e:
             # The task itself is unaffected; only recovery would know less.
             log.warning(
@@ -190,8 +239,9 @@ async def write_checkpoint(t: TaskRun, final: TaskTransition | None = None) -> N
             )
 
 
-def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRun:
-    """A recovered `TaskRun` from a `task.json`; raises KeyError, TypeError or ValueError."""
+def task_from_checkpoint(records: Path, sandbox: Path, record: dict[str, Any]) -> TaskRun:
+    """A recovered `TaskRun` from a `task.json` in `records`; raises KeyError, TypeError
+    or ValueError."""
     spec = record["task"]
     environment = spec.get("environment") or {}
     resources = spec["resources"]
@@ -210,11 +260,15 @@ def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRun:
         raise TypeError("pid must be an integer")
     if start_time is not None and not isinstance(start_time, int):
         raise TypeError("pid_start_time must be an integer")
+    container = record.get("container")
+    if container is not None and not isinstance(container, dict):
+        raise TypeError("container must be an object")
     t = TaskRun(
         _str(record["framework_id"]),
         task,
         sandbox,
         _str(record.get("run_id", "")),
+        records,
         state=TaskState(record["state"]),
         pid=pid,
         start_time=start_time,
@@ -222,6 +276,7 @@ def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRun:
         kill_requested=bool(record.get("killing", False)),
         recovered=True,
         sandbox_ready=True,
+        container=Container.from_record(container) if container is not None else None,
     )
     if t.state.is_terminal:
         # Which live state came last is not recorded once the task ended.
@@ -233,9 +288,16 @@ def task_from_checkpoint(sandbox: Path, record: dict[str, Any]) -> TaskRun:
     return t
 
 
-def scan_checkpoints(sandboxes: Path) -> list[tuple[Path, dict[str, Any]]]:
+def scan_checkpoints(work_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(records directory, `task.json`) of every task under `work_dir`, in both layouts."""
     found = []
+    meta, sandboxes = work_dir / RECORDS_DIR, work_dir / SANDBOXES_DIR
+    paths = sorted(meta.glob(f"*/*/{CHECKPOINT_FILE}"))
+    newer = {p.parent.relative_to(meta) for p in paths}
     for path in sorted(sandboxes.glob(f"*/*/{CHECKPOINT_FILE}")):
+        if path.parent.relative_to(sandboxes) not in newer:
+            paths.append(path)  # written by an agent from before the records directory
+    for path in paths:
         try:
             record = read_json(path)
         except (OSError, ValueError) as e:

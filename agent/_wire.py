@@ -12,7 +12,7 @@ from mesolite import convert
 from mesolite.agent_messages import AcknowledgeUpdate as Acknowledge
 from mesolite.agent_messages import AgentRegistered as Registered
 from mesolite.agent_messages import KillTask, LaunchTask
-from mesolite.model import RunningTask, TaskState, TaskStatus
+from mesolite.model import RunningTask, TaskState, TaskStatus, TaskUsage
 from mesolite.resources import InvalidResources, Resources
 from mesolite.v1 import agent_pb2
 
@@ -71,6 +71,8 @@ def register_call(
     total: Resources,
     attributes: Mapping[str, str],
     tasks: Iterable[RunningTask],
+    isolation: str = "",
+    task_user: str = "",
 ) -> agent_pb2.AgentCall:
     return agent_pb2.AgentCall(
         register=agent_pb2.AgentCall.Register(
@@ -80,12 +82,16 @@ def register_call(
             total=convert.resources_to_proto(total),
             attributes=dict(attributes),
             tasks=[convert.running_task_to_proto(t) for t in tasks],
+            isolation=isolation,
+            task_user=task_user,
         )
     )
 
 
-def heartbeat_call() -> agent_pb2.AgentCall:
-    return agent_pb2.AgentCall(heartbeat=agent_pb2.AgentCall.Heartbeat())
+def heartbeat_call(usage: Iterable[TaskUsage] = ()) -> agent_pb2.AgentCall:
+    return agent_pb2.AgentCall(
+        heartbeat=agent_pb2.AgentCall.Heartbeat(usage=[convert.usage_to_proto(u) for u in usage])
+    )
 
 
 def status_update_call(status: TaskStatus, latest_state: TaskState) -> agent_pb2.AgentCall:

@@ -17,8 +17,10 @@ What the master can rely on:
   - FAILED_PRECONDITION (this agent id was removed): the agent kills all its
     tasks, drops their pending updates, forgets its id (deleting its
     checkpoint) and registers as new.
-  - INVALID_ARGUMENT before `registered`: the registration was refused; `run()`
-    raises `AgentRegistrationError` (after killing any tasks).
+  - INVALID_ARGUMENT, UNAUTHENTICATED or PERMISSION_DENIED before `registered`:
+    the registration was refused; `run()` raises `AgentRegistrationError` (after
+    killing any tasks). A TLS handshake the master refuses (say, a certificate
+    from another CA) ends as UNAVAILABLE, and the agent keeps trying.
   - anything else (UNAVAILABLE, a clean end, ...): the tasks keep running and
     the agent reconnects with jittered backoff, forever.
 
@@ -27,8 +29,10 @@ Everything it needs is in its work dir:
 
     agent.json               its agent id, written once the master gave it one
     status_updates.jsonl     updates not yet acknowledged (`agent._journal`)
-    sandboxes/<framework_id>/<task_id>/{task.json,exit.json,stdout,stderr}
-                             one per task (`agent.tasks`)
+    sandboxes/<framework_id>/<task_id>/{stdout,stderr,...}
+                             one per task, owned by the task's user (`agent.tasks`)
+    meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
+                             the agent's records of each task, 0700 (`agent.tasks`)
 
 Each update is journaled (fsynced) before it is first sent. A task outlives
 the agent under its wrapper process, which records the command's exit status.
@@ -60,6 +64,7 @@ from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
 from mesolite.agent.config import AgentConfig
 from mesolite.agent.errors import AgentError, AgentRegistrationError
+from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, TaskSpec, TaskState
@@ -72,6 +77,14 @@ log = structlog.get_logger(__name__)
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 _OUTBOX_SIZE = 256
 _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end the stream
+# The master refused this agent: registering again the same way cannot succeed.
+_REFUSED = frozenset(
+    {
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
 
 
 class Agent:
@@ -100,6 +113,7 @@ class Agent:
             self._work_dir,
             self._reporter.report_transition,
             kill_grace_period=config.kill_grace_period,
+            isolator=Isolator(config.isolation, self._work_dir),
         )
         self._registered = asyncio.Event()
         self._stopping = asyncio.Event()
@@ -125,6 +139,10 @@ class Agent:
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._runner.sandbox_path(framework_id, task_id)
+
+    def records_path(self, framework_id: str, task_id: str) -> Path:
+        """Where the agent keeps its own records of a task (`task.json`, ...)."""
+        return self._runner.records_path(framework_id, task_id)
 
     async def wait_registered(self) -> str:
         """Wait until the agent is registered on the current stream; returns its id.
@@ -172,6 +190,7 @@ class Agent:
             await self._reporter.flush()
             journal.cancel()
             await asyncio.gather(journal, return_exceptions=True)
+            await asyncio.to_thread(self._runner.close)
             self._done.set()
             log.info("agent stopped", agent_id=self._agent_id)
 
@@ -229,7 +248,7 @@ class Agent:
             # own reconnect backoff has passed, and each such failure would cost another
             # of our delays (agents came back after a master restart only after the
             # re-registration window had closed, and lost their tasks).
-            channel = create_channel(self._master)
+            channel = create_channel(self._master, self.config.tls, self.config.token)
             stub = agent_pb2_grpc.AgentGatewayStub(channel)
             session = asyncio.create_task(self._session(stub), name="mesolite-agent-stream")
             stopping = asyncio.create_task(self._stopping.wait())
@@ -261,7 +280,7 @@ class Agent:
         if end.code == grpc.StatusCode.FAILED_PRECONDITION:
             bound.warning("master removed this agent; killing its tasks to register as new")
             await self._forget_identity()
-        elif end.code == grpc.StatusCode.INVALID_ARGUMENT and not end.registered:
+        elif end.code in _REFUSED and not end.registered:
             bound.error("master refused the registration")
             raise AgentRegistrationError(
                 f"master {self._master} refused the registration: {end.details}"
@@ -320,6 +339,8 @@ class Agent:
                     total=self._total,
                     attributes=self._attributes,
                     tasks=tasks,
+                    isolation=self._runner.isolator.mode.value,
+                    task_user=self._runner.isolator.task_user_name,
                 )
             )
             try:
@@ -334,7 +355,8 @@ class Agent:
             interval = event.heartbeat_interval
             if interval <= 0:
                 interval = DEFAULT_HEARTBEAT_INTERVAL
-            helpers.append(asyncio.create_task(heartbeats(outbox, interval)))
+            usage = self._runner.sample_usage
+            helpers.append(asyncio.create_task(heartbeats(outbox, interval, usage)))
             helpers.append(asyncio.create_task(self._reporter.send(outbox)))
             while (msg := await read_event(call)) is not None:
                 self._handle(wire.event_from_proto(msg))

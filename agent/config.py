@@ -7,8 +7,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.agent.isolation import IsolationConfig
 from mesolite.backoff import Backoff
 from mesolite.resources import Resources
+from mesolite.tls import TlsConfig
 
 RECONNECT_BACKOFF = Backoff(initial=0.5, maximum=10.0)
 STATUS_RETRY = Backoff(initial=1.0, maximum=10.0)
@@ -22,6 +24,11 @@ class AgentConfig:
     re-sending unacknowledged status updates. On `stop()` the agent kills its
     tasks (SIGTERM, then SIGKILL after `kill_grace_period`) and waits up to
     `stop_timeout` seconds for their final updates to be acknowledged.
+    `isolation` says how tasks are contained (`agent/isolation.py`).
+
+    With `tls` the agent verifies the master against `tls.ca` and authenticates with its
+    certificate (its principal is the certificate's CN), or with `token` when it has no
+    certificate (sent only over TLS, to the master's token port).
     """
 
     master: str  # HOST:PORT
@@ -35,3 +42,6 @@ class AgentConfig:
     status_retry: Backoff = STATUS_RETRY
     registration_timeout: float = 10.0
     stop_timeout: float = 5.0
+    isolation: IsolationConfig = field(default_factory=IsolationConfig)
+    tls: TlsConfig | None = None
+    token: str | None = field(default=None, repr=False)

@@ -6,19 +6,26 @@ through; it reports every transition. Each run's process (its wrapper, its kill,
 how it ended) is `agent/_task_process.py`'s.
 
     <work_dir>/sandboxes/<framework_id>/<task_id>/
-        stdout, stderr   the command's output
+        stdout, stderr   the command's output; the rest is the task's
+    <work_dir>/meta/<framework_id>/<task_id>/      (meta: 0700, the agent's only)
         task.json        the agent's checkpoint of the task (below)
         exit.json        written by the wrapper when the command ends
+        wrapper.json     the wrapper's pid, written by the wrapper as it starts
+
+How a task is contained (its cgroup and limits, its user, its environment) is
+`agent/isolation.py`'s; the `Isolator` the runner is given decides.
 
 `task.json` holds the task, its run id (one per launch of a task id), the
 wrapper's pid and start time (field 22 of /proc/<pid>/stat: a pid alone may be
-reused), the state, `killing` once a kill has started and, when the agent saw
-the task end, how it ended. It is written atomically at launch (STARTING, no
-pid yet), once the wrapper runs, when a kill starts and at the end.
+reused), its container (cgroup, limits, user), the state, `killing` once a kill
+has started and, when the agent saw the task end, how it ended. It is written
+atomically at launch (STARTING, no pid yet), once the wrapper runs, when a kill
+starts and at the end.
 
 Every accepted launch reports TASK_STARTING, then TASK_RUNNING once the wrapper
 exists, then exactly one terminal state: TASK_FINISHED (exit status 0),
-TASK_FAILED (non-zero exit, killed by a signal nobody asked for, the command
+TASK_FAILED (non-zero exit, killed by a signal nobody asked for, by a limit of
+its container (the message says which, and the reason names it), the command
 could not be started, or its wrapper died without recording a status) or
 TASK_KILLED (killed on request).
 
@@ -37,6 +44,10 @@ the two steps neither loses the end nor reports it twice.
   was down, and is reported as it ended (KILLED if a kill had been started);
 * the wrapper is gone without `exit.json`: TASK_FAILED, "the task's wrapper
   died while the agent was down" (KILLED if a kill had been started).
+
+A task that ended has its cgroup killed and removed. After recovery, any cgroup
+in the agent's scope that no recovered task owns (its checkpoint was lost, or
+the agent died between creating it and checkpointing it) is killed and removed.
 
 A task that ended stays in `ended_tasks()` until the agent says its terminal
 update was acknowledged (`acknowledged_end`), so that re-registration can tell
@@ -58,6 +69,8 @@ from mesolite.agent._task_process import TaskProcesses
 from mesolite.agent._task_records import (
     CHECKPOINT_FILE,
     EXIT_FILE,
+    RECORDS_DIR,
+    SANDBOXES_DIR,
     WRAPPER_FILE,
     EndedTask,
     StatusCallback,
@@ -69,7 +82,8 @@ from mesolite.agent._task_records import (
     task_from_checkpoint,
     write_checkpoint,
 )
-from mesolite.model import RunningTask, TaskSpec, TaskState
+from mesolite.agent.isolation import Isolator, UsageMeter
+from mesolite.model import RunningTask, TaskSpec, TaskState, TaskUsage
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +97,10 @@ class TaskRunner:
     transitions happen; it must not block. It may return an awaitable that
     resolves once the transition is durable: the runner then checkpoints a
     task's end only after that.
+
+    `isolator` contains the tasks (`agent/isolation.py`); without one, tasks run
+    unconfined as the runner's own user (process-tree kill, no limits), which
+    only tests and embedders want.
     """
 
     def __init__(
@@ -92,17 +110,29 @@ class TaskRunner:
         *,
         kill_grace_period: float = DEFAULT_KILL_GRACE_PERIOD,
         shell: str = "/bin/sh",
+        isolator: Isolator | None = None,
     ) -> None:
-        self._sandboxes = Path(work_dir).absolute() / "sandboxes"
+        self._work_dir = Path(work_dir).absolute()
+        self._sandboxes = self._work_dir / SANDBOXES_DIR
+        self._records = self._work_dir / RECORDS_DIR
         self._on_status = on_status
+        self.isolator = isolator or Isolator.unconfined()
         self._processes = TaskProcesses(
-            self._report, shell=shell, kill_grace_period=kill_grace_period
+            self._report,
+            shell=shell,
+            kill_grace_period=kill_grace_period,
+            isolator=self.isolator,
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
         self._ended: dict[tuple[str, str], EndedTask] = {}
+        self._meter = UsageMeter()
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._sandboxes / framework_id / task_id
+
+    def records_path(self, framework_id: str, task_id: str) -> Path:
+        """Where the agent keeps the task's `task.json`, `exit.json` and `wrapper.json`."""
+        return self._records / framework_id / task_id
 
     def is_active(self, framework_id: str, task_id: str) -> bool:
         """True from launch until the terminal transition has been reported."""
@@ -111,6 +141,15 @@ class TaskRunner:
     def running_tasks(self) -> list[RunningTask]:
         """Tasks not yet in a terminal state, with their current state."""
         return [RunningTask(t.framework_id, t.spec, t.state) for t in self._tasks.values()]
+
+    async def sample_usage(self) -> list[TaskUsage]:
+        """What each running task uses now, from its cgroup (none without cgroups)."""
+        runs = [
+            (t.run_id, t.framework_id, t.spec.task_id, t.container)
+            for t in self._tasks.values()
+            if t.state is TaskState.RUNNING and t.container is not None and t.container.cgroup
+        ]
+        return await asyncio.to_thread(self._meter.measure, runs) if runs else []
 
     def ended_tasks(self) -> list[RunningTask]:
         """Tasks that ended but whose end is not known to be acknowledged, in their end
@@ -144,7 +183,13 @@ class TaskRunner:
             bound.warning("launch rejected", reason=problem)
             self._report(TaskTransition(framework_id, task.task_id, TaskState.FAILED, problem))
             return False
-        t = TaskRun(framework_id, task, self.sandbox_path(framework_id, task.task_id), new_run_id())
+        t = TaskRun(
+            framework_id,
+            task,
+            self.sandbox_path(framework_id, task.task_id),
+            new_run_id(),
+            self.records_path(framework_id, task.task_id),
+        )
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
         self._tasks[key] = t
@@ -156,7 +201,8 @@ class TaskRunner:
         return True
 
     def kill(self, framework_id: str, task_id: str) -> None:
-        """SIGTERM the task's process group, then SIGKILL after the grace period."""
+        """SIGTERM the task's process group, then, after the grace period, SIGKILL
+        everything in its container."""
         t = self._tasks.get((framework_id, task_id))
         if t is None:
             log.info(
@@ -184,12 +230,13 @@ class TaskRunner:
         is still pending in the agent's journal, if any. Call once, before any
         launch. See the module docstring for what happens to each task.
         """
-        for sandbox, record in await asyncio.to_thread(scan_checkpoints, self._sandboxes):
+        for records, record in await asyncio.to_thread(scan_checkpoints, self._work_dir):
+            sandbox = self._sandboxes / records.parent.name / records.name
             try:
-                t = task_from_checkpoint(sandbox, record)
+                t = task_from_checkpoint(records, sandbox, record)
             except (KeyError, TypeError, ValueError) as e:
                 log.warning(
-                    "ignoring an unreadable task checkpoint", path=str(sandbox), error=str(e)
+                    "ignoring an unreadable task checkpoint", path=str(records), error=str(e)
                 )
                 continue
             end = journaled_ends.get(t.key)
@@ -205,7 +252,7 @@ class TaskRunner:
                     # The agent stopped between journaling the end and checkpointing it.
                     t.state = end.state
                     await write_checkpoint(t, end)
-                continue
+                continue  # its cgroup, if the agent died before removing it: an orphan below
             self._tasks[t.key] = t
             log.info(
                 "task recovered",
@@ -216,6 +263,15 @@ class TaskRunner:
                 killing=t.kill_requested,
             )
             t.lifecycle = asyncio.create_task(self._lifecycle(t), name=f"task-{t.spec.task_id}")
+        # Only now: a recovered task's lifecycle may still be reading its cgroup.
+        live = {t.run_id for t in self._tasks.values()}
+        orphans = await asyncio.to_thread(self.isolator.remove_orphans, live)
+        if orphans:
+            log.warning("removed cgroups that no task owned", count=orphans)
+
+    def close(self) -> None:
+        """The agent stops for good: give up what the isolator holds (its empty scope)."""
+        self.isolator.close()
 
     # Internals, in the order a task goes through them.
 
@@ -245,7 +301,10 @@ class TaskRunner:
         except asyncio.CancelledError:
             # Cancelled from outside, e.g. the loop is closing: leave no process behind.
             pid = t.process.pid if t.process is not None else t.pid
-            if pid is not None and not t.exited.is_set():
+            if t.container is not None:
+                t.container.kill(pid if not t.exited.is_set() else None)
+                t.container.clean_up()
+            elif pid is not None and not t.exited.is_set():
                 signal_group(pid, signal.SIGKILL)
             self._tasks.pop(t.key, None)
             raise
@@ -265,7 +324,8 @@ class TaskRunner:
             task_id=t.spec.task_id,
             state=final.state.value,
             exit_code=final.exit_code,
-            reason=final.message,
+            message=final.message,
+            reason=final.reason or None,
         )
         durable = self._report(final)
         if durable is not None:
@@ -279,6 +339,8 @@ class TaskRunner:
 __all__ = [
     "CHECKPOINT_FILE",
     "EXIT_FILE",
+    "RECORDS_DIR",
+    "SANDBOXES_DIR",
     "WRAPPER_FILE",
     "StatusCallback",
     "TaskRunner",

@@ -16,7 +16,9 @@ In process::
     framework.stats.failed  # -> 0
 
 `examples/batch_framework.py` runs it from the command line, `examples/cpu_heavy.py` and
-`examples/memory_heavy.py` with other defaults.
+`examples/memory_heavy.py` with other defaults. On a cluster with TLS each takes
+`--tls-dir DIR` (the framework's bundle from `mesolite certs init`) or `MESOLITE_TLS_DIR`,
+and `--token-file` for a bearer token.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from mesolite.framework_sdk import (
     new_task_id,
 )
 from mesolite.logs import configure
+from mesolite.tls_options import PLAINTEXT, ClientAuth, add_client_options, client_auth
 
 _log = structlog.get_logger(__name__)
 
@@ -98,12 +101,15 @@ class BatchFramework(Framework):
         spec: BatchSpec,
         framework_id: str | None = None,
         out: Callable[[str], None] = print,
+        auth: ClientAuth = PLAINTEXT,
     ) -> None:
         super().__init__(
             name=spec.name,
             role=spec.role,
             failover_timeout=spec.failover_timeout,
             framework_id=framework_id,
+            tls=auth.tls,
+            token=auth.token,
         )
         self.spec = spec
         self.stats = BatchStats()
@@ -292,6 +298,7 @@ def parse_args(
     )
     p.add_argument("--framework-id", help="fail over an earlier run of this framework")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning"])
+    add_client_options(p)  # --tls-dir etc., and MESOLITE_TLS_DIR
     args = p.parse_args(argv)
     if args.tasks < 0 or args.tasks_per_offer < 0:
         p.error("--tasks and --tasks-per-offer must not be negative")
@@ -317,7 +324,12 @@ def main(argv: Sequence[str] | None = None, defaults: BatchSpec = DEFAULTS) -> i
     """Run from the command line; the exit status is 0 when no task failed."""
     args = parse_args(argv, defaults)
     configure(level=args.log_level)
-    framework = BatchFramework(spec_from_args(args), framework_id=args.framework_id)
+    try:
+        auth = client_auth(args)
+    except MesoliteError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    framework = BatchFramework(spec_from_args(args), framework_id=args.framework_id, auth=auth)
     try:
         asyncio.run(_run_until_signalled(framework, args.master))
     except MesoliteError as e:

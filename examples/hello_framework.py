@@ -1,10 +1,10 @@
 """Run three `echo` tasks on a mesolite cluster and exit when they have finished.
 
-Usage: python examples/hello_framework.py [MASTER_HOST:PORT]
+Usage: python examples/hello_framework.py [MASTER_HOST:PORT] [--tls-dir DIR]
 """
 
+import argparse
 import asyncio
-import sys
 
 from mesolite.framework_sdk import (
     Framework,
@@ -12,6 +12,7 @@ from mesolite.framework_sdk import (
     Resources,
     TaskSpec,
     TaskStatus,
+    TlsConfig,
     new_task_id,
 )
 from mesolite.logs import configure
@@ -20,8 +21,8 @@ TASK = Resources(cpus=0.1, mem=32)
 
 
 class Hello(Framework):
-    def __init__(self, count: int) -> None:
-        super().__init__(name="hello")
+    def __init__(self, count: int, tls: TlsConfig | None = None) -> None:
+        super().__init__(name="hello", tls=tls)  # tls: None on a cluster without TLS
         self.waiting = count  # tasks not launched yet
         self.running: set[str] = set()
 
@@ -49,4 +50,9 @@ class Hello(Framework):
 
 if __name__ == "__main__":
     configure()
-    asyncio.run(Hello(count=3).run(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:5050"))
+    parser = argparse.ArgumentParser()
+    parser.add_argument("master", nargs="?", default="127.0.0.1:5050")
+    parser.add_argument("--tls-dir", help="this framework's bundle (mesolite certs init)")
+    args = parser.parse_args()
+    tls = TlsConfig.from_dir(args.tls_dir) if args.tls_dir else None
+    asyncio.run(Hello(count=3, tls=tls).run(args.master))

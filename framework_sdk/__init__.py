@@ -9,8 +9,8 @@ status update once and acknowledges it after `on_update` returns.
 
 This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits::
 
+    import argparse
     import asyncio
-    import sys
 
     from mesolite.framework_sdk import (
         Framework,
@@ -18,6 +18,7 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
         Resources,
         TaskSpec,
         TaskStatus,
+        TlsConfig,
         new_task_id,
     )
     from mesolite.logs import configure
@@ -26,8 +27,8 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
 
 
     class Hello(Framework):
-        def __init__(self, count: int) -> None:
-            super().__init__(name="hello")
+        def __init__(self, count: int, tls: TlsConfig | None = None) -> None:
+            super().__init__(name="hello", tls=tls)  # tls: None on a cluster without TLS
             self.waiting = count  # tasks not launched yet
             self.running: set[str] = set()
 
@@ -55,14 +56,25 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
 
     if __name__ == "__main__":
         configure()
-        asyncio.run(Hello(count=3).run(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:5050"))
+        parser = argparse.ArgumentParser()
+        parser.add_argument("master", nargs="?", default="127.0.0.1:5050")
+        parser.add_argument("--tls-dir", help="this framework's bundle (mesolite certs init)")
+        args = parser.parse_args()
+        tls = TlsConfig.from_dir(args.tls_dir) if args.tls_dir else None
+        asyncio.run(Hello(count=3, tls=tls).run(args.master))
 
 `Framework(..., connection=ConnectionConfig(...))` tunes how the subscription is kept
 alive (reconnection delays, timeouts); the defaults suit a real cluster.
 
 Everything the SDK raises derives from `MesoliteError` (mesolite's one error root);
 `FrameworkRejected` means the master refused the subscription and retrying will not
-help; `InvalidCall` (also a `ValueError`) a call the SDK could tell was wrong.
+help (UNAUTHENTICATED included); `InvalidCall` (also a `ValueError`) a call the SDK could
+tell was wrong.
+
+On a cluster with TLS, a framework passes `tls=TlsConfig.from_dir(DIR)`, DIR being its
+bundle from `mesolite certs init` (`--tls-dir` above); its principal is its certificate's
+CN. Without a certificate it passes the CA alone and `token=` (a bearer token), and runs
+against the master's token port.
 """
 
 from mesolite.framework_sdk._config import ConnectionConfig
@@ -77,6 +89,7 @@ from mesolite.framework_sdk._framework import Framework
 from mesolite.framework_sdk._ids import new_task_id
 from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
+from mesolite.tls import TlsConfig
 
 __all__ = [
     "ConnectionConfig",
@@ -91,5 +104,6 @@ __all__ = [
     "TaskSpec",
     "TaskState",
     "TaskStatus",
+    "TlsConfig",
     "new_task_id",
 ]

@@ -26,4 +26,5 @@ class RpcError(MesoliteError):
 
 class FrameworkRejected(RpcError):
     """The master refused the subscription: an unknown framework id (NOT_FOUND, e.g. its
-    failover timeout has passed) or an invalid FrameworkInfo (INVALID_ARGUMENT)."""
+    failover timeout has passed), an invalid FrameworkInfo (INVALID_ARGUMENT), or a caller
+    it does not know (UNAUTHENTICATED) or does not allow (PERMISSION_DENIED)."""

@@ -37,12 +37,20 @@ from mesolite.framework_sdk._stream import Stream, StreamLost
 from mesolite.grpc_utils import create_channel
 from mesolite.model import DEFAULT_ROLE, FrameworkInfo, Offer, TaskSpec, TaskStatus
 from mesolite.resources import Resources
+from mesolite.tls import TlsConfig
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 _log = structlog.get_logger(__name__)
 
 # The master refused this framework: retrying the same subscription cannot succeed.
-_REJECTED = frozenset({grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT})
+_REJECTED = frozenset(
+    {
+        grpc.StatusCode.NOT_FOUND,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        grpc.StatusCode.UNAUTHENTICATED,
+        grpc.StatusCode.PERMISSION_DENIED,
+    }
+)
 # The master or the network is away for now. A master that shuts down cancels its
 # streams, so CANCELLED seen from this side (never our own cancel) counts as transient.
 # The master never ends a stream with INTERNAL or UNKNOWN on purpose, but gRPC reports a
@@ -95,6 +103,8 @@ class Framework:
         id_file: str | os.PathLike[str] | None = None,
         *,
         connection: ConnectionConfig = _DEFAULT_CONNECTION,
+        tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         """`id_file`, when given, keeps the framework id across restarts of this
         process: read at start (unless `framework_id` is given), written when the
@@ -104,7 +114,16 @@ class Framework:
         `on_update`, so a restarted process does not see them again.
 
         `connection` says how to keep the subscription alive: reconnection delays,
-        timeouts (`ConnectionConfig`; the defaults suit a real cluster)."""
+        timeouts (`ConnectionConfig`; the defaults suit a real cluster).
+
+        `tls` connects over TLS: the master is verified against `tls.ca`, and the
+        framework's principal is the CN of `tls.cert` (`TlsConfig.from_dir("certs/framework")`
+        reads a bundle `mesolite certs init` made). Without a certificate, `token` is sent
+        as a bearer token instead (to the master's token port); never without TLS."""
+        if token is not None and tls is None:
+            raise InvalidCall("a bearer token is sent only over TLS: give tls=TlsConfig(ca=...)")
+        self._tls = tls
+        self._token = token
         self.name = name
         self.role = role
         self.failover_timeout = failover_timeout
@@ -160,7 +179,7 @@ class Framework:
                 # to try again: a channel that failed to connect waits out gRPC's own
                 # reconnect backoff (up to two minutes) and fails calls meanwhile. (It is
                 # only fresh if channels do not share gRPC's global subchannel pool.)
-                async with create_channel(master) as channel:
+                async with create_channel(master, self._tls, self._token) as channel:
                     was_subscribed = await self._connect_once(_stub(channel))
                 if self._stop.is_set():
                     break

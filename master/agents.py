@@ -26,6 +26,7 @@ from mesolite.model import (
     FrameworkInfo,
     RunningTask,
     TaskState,
+    TaskUsage,
 )
 from mesolite.resources import Resources
 
@@ -42,10 +43,20 @@ class AgentHandling(MasterCore):
         running: Sequence[RunningTask],
         outbox: Peer[msg.AgentMessage],
         principal: str | None = None,
+        *,
+        peer_host: str = "",
+        isolation: str = "",
+        task_user: str = "",
     ) -> str:
         """`principal`: who is on the other end, from the connection (None without
-        authentication). Everything is checked before anything changes."""
-        self._check_registration(agent_id, hostname, total, attributes, running, principal)
+        authentication); `peer_host`: the IP address it connects from, if known (the
+        master reads its sandboxes there: `validation.sandbox_address`); `isolation` and
+        `task_user`: how it contains tasks, for the operator's views. Everything is
+        checked before anything changes."""
+        self._check_registration(
+            agent_id, hostname, address, total, attributes, running, principal, isolation, task_user
+        )
+        address = validation.sandbox_address(address, peer_host)
         now = self._clock()
         kills: list[msg.KillTask] = []  # sent after `Registered` (rule 3)
         if agent_id in self.agents:
@@ -63,6 +74,8 @@ class AgentHandling(MasterCore):
                 resources=str(total),
                 principal=principal,
             )
+        self.agents[agent_id].isolation = isolation
+        self.agents[agent_id].task_user = task_user
         outbox.send(msg.AgentRegistered(agent_id, self.config.agent_heartbeat_interval))
         for kill in kills:
             outbox.send(kill)
@@ -73,15 +86,18 @@ class AgentHandling(MasterCore):
         self,
         agent_id: str,
         hostname: str,
+        address: str,
         total: Resources,
         attributes: dict[str, str],
         running: Sequence[RunningTask],
         principal: str | None,
+        isolation: str = "",
+        task_user: str = "",
     ) -> None:
         """Raise `RegistrationRefused` for a registration the master must not apply."""
         problem = validation.agent_registration_problem(
-            agent_id, total, running
-        ) or validation.agent_info_problem(hostname, attributes)
+            agent_id, total, running, address
+        ) or validation.agent_info_problem(hostname, attributes, isolation, task_user)
         if problem:
             raise RegistrationRefused(Refusal.INVALID, problem)
         if not self.authorized(Action.REGISTER_AGENTS, principal):
@@ -240,9 +256,10 @@ class AgentHandling(MasterCore):
             lost=len(lost),
             kills=len(kills),
         )
-        # Removing frameworks waiting only for this agent's lost tasks are done.
-        for entry in lost:
-            framework = self.frameworks.get(entry.framework_id)
+        # Removing frameworks waiting only for this agent's tasks (lost, or ended
+        # while the master was away) are done.
+        for framework_id in {e.framework_id for e in expected}:
+            framework = self.frameworks.get(framework_id)
             if framework is not None:
                 self._forget_if_done(framework)
         return kills
@@ -304,6 +321,25 @@ class AgentHandling(MasterCore):
             state=rt.state.value,
         )
 
+    def _deliver_pending_ends(self, agent_id: str, reason: str) -> None:
+        """Ends the master knew of (`end_pending`) whose updates the removed agent
+        will never deliver now: the master tells the frameworks itself."""
+        for framework in self.frameworks.values():
+            for task in framework.completed:
+                if task.end_pending and task.agent_id == agent_id:
+                    task.end_pending = False
+                    self._notify(
+                        task.framework_id,
+                        self._master_status(
+                            task.spec.task_id,
+                            task.framework_id,
+                            agent_id,
+                            task.state,
+                            f"the task ended; agent {agent_id} was removed before it "
+                            f"delivered its updates: {reason}",
+                        ),
+                    )
+
     def _stand_in(self, framework_id: str) -> FrameworkRecord:
         """A removing framework for tasks whose framework is gone, in the default role."""
         info = FrameworkInfo("(gone)", DEFAULT_ROLE, 0.0, framework_id)
@@ -319,10 +355,15 @@ class AgentHandling(MasterCore):
         self.allocator.add_framework(framework_id, DEFAULT_ROLE, connected=False)
         return framework
 
-    def agent_heartbeat(self, agent_id: str) -> None:
+    def agent_heartbeat(self, agent_id: str, usage: Sequence[TaskUsage] = ()) -> None:
+        """The agent is alive; `usage` is what its running tasks use now. Only its own
+        tasks' figures are taken; a task it does not measure has none."""
         agent = self.agents.get(agent_id)
         if agent is not None:
             agent.last_seen = self._clock()
+            measured = {(u.framework_id, u.task_id): u for u in usage}
+            for key, task in agent.tasks.items():
+                task.usage = measured.get(key)
 
     @checked
     def disconnect_agent(self, agent_id: str, outbox: Peer[Any]) -> None:
@@ -349,6 +390,7 @@ class AgentHandling(MasterCore):
         self._rescind_agent_offers(agent_id)
         for task in list(agent.tasks.values()):
             self._terminate(task, TaskState.LOST, f"agent {agent_id} was removed: {reason}")
+        self._deliver_pending_ends(agent_id, reason)
         self.allocator.remove_agent(agent_id)
         self._cluster_changed()
         del self.agents[agent_id]

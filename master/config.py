@@ -5,6 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.master.stream_limits import GrpcStreamLimitsConfig
+from mesolite.tls import TlsConfig
+
 
 @dataclass(frozen=True, slots=True)
 class MasterConfig:
@@ -30,3 +33,17 @@ class MasterConfig:
     max_frameworks: int = 1000
     max_agents: int = 10_000
     max_roles: int = 1000  # roles frameworks may create by subscribing
+    # Host names (or addresses) the HTTP server answers besides its listen address,
+    # localhost and this machine's name (mesolite/http_hosts.py); "*" for any.
+    http_allowed_hosts: tuple[str, ...] = ()
+    # /events streams the web UI may hold open: in all, and per client (principal or IP).
+    event_streams: int = 64
+    event_streams_per_client: int = 4
+    # gRPC streams per client (principal on a host, else host), and how long a new
+    # stream may wait before its first message (master/stream_limits.py).
+    grpc_streams: GrpcStreamLimitsConfig = field(default_factory=GrpcStreamLimitsConfig)
+    # TLS on both ports, and with it authentication of every call (master/authn.py).
+    tls: TlsConfig | None = None
+    credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)
+    # Listen on a non-loopback address without TLS (refused otherwise).
+    insecure: bool = False

@@ -105,7 +105,7 @@ class MasterCore(abc.ABC):
         self.offers: dict[str, OfferRecord] = {}
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
-        self.metrics = MasterMetrics()  # Master adds the collector of its state
+        self.metrics = MasterMetrics()  # its state's gauges: read from a snapshot per scrape
         self.invariant_violations: list[str] = []
         # Agents the registry lists that have not re-registered since the restart.
         self.recovering_agents: dict[str, list[TaskEntry]] = {}

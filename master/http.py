@@ -1,38 +1,95 @@
 """Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus,
 and the web UI (`master.ui_routes`).
 
-/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), built per request by
-`master.read_model.build_snapshot`. Its shape is a contract that tools read, published
-as docs/state.schema.json: add fields, never rename.
+Every request passes three checks first: its Host header (`mesolite.http_hosts`,
+against DNS rebinding), who sends it (`master.authn`: with authentication on, a
+request without a principal is refused with 401, whatever its path), then the
+permission its route asks for (`master.http_access`: the route table, and the ACLs
+judging the principal authentication found).
+
+/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), from a snapshot taken by
+`master.read_model.build_snapshot` after the request arrived, encoded in a worker
+thread (`master.snapshot_document`: concurrent requests share one snapshot); /metrics
+is rendered from a snapshot in the same way (`MasterMetrics.exposition`). The shape
+of /state is a contract that tools read, published as docs/state.schema.json: add
+fields, never rename.
 """
 
 from __future__ import annotations
 
 import functools
+import ssl
 
 from aiohttp import web
-from prometheus_client.aiohttp import make_aiohttp_handler
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from mesolite.http_hosts import AllowedHosts, host_check
+from mesolite.master.acl import Action
+from mesolite.master.authn import Authenticator
+from mesolite.master.http_access import Guard, Route, acl_guard, add_routes, check_permission
 from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
-from mesolite.master.ui_routes import setup_ui
+from mesolite.master.snapshot_document import SnapshotDocument
+from mesolite.master.ui_routes import StreamLimits, setup_ui
 
 MASTER_KEY = web.AppKey("master", Master)
+STATE_KEY = web.AppKey("state_document", SnapshotDocument)
+METRICS_KEY = web.AppKey("metrics_document", SnapshotDocument)
 
 
 async def _state(request: web.Request) -> web.Response:
-    return web.json_response(build_snapshot(request.app[MASTER_KEY]).to_json())
+    body = await request.app[STATE_KEY].body()  # encoded off the loop
+    return web.Response(body=body, content_type="application/json")
 
 
-def create_app(master: Master) -> web.Application:
-    app = web.Application()
-    app[MASTER_KEY] = master
-    app.router.add_get("/state", _state)
-    app.router.add_get("/metrics", make_aiohttp_handler(master.metrics.registry))
-    # GET / (the web UI), /events, task sandboxes
-    setup_ui(
-        app,
-        snapshot=functools.partial(build_snapshot, master),
-        agent=functools.partial(agent_snapshot, master),
+async def _metrics(request: web.Request) -> web.Response:
+    body = await request.app[METRICS_KEY].body()  # rendered off the loop
+    response = web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+    response.enable_compression()  # if the scraper accepts it (aiohttp: in a thread)
+    return response
+
+
+def create_app(
+    master: Master,
+    *,
+    allowed_hosts: AllowedHosts | None = None,
+    guard: Guard | None = None,
+    authn: Authenticator | None = None,
+    sandbox_ssl: ssl.SSLContext | None = None,
+) -> web.Application:
+    """The master's HTTP app. `allowed_hosts`: the Host headers it answers (default: the
+    local names only); `authn`: who sends each request (default: authentication off,
+    every request anonymous); `guard`: who may do what (`master.http_access`; default:
+    the master's ACLs, for the principal `authn` found). `sandbox_ssl`, when given, is
+    how the sandbox proxy reaches the agents: HTTPS, verified against the cluster's CA,
+    presenting the master's certificate.
+    /events streams are limited by `master.config` (`event_streams*`)."""
+    config = master.config
+    authn = authn or Authenticator(enabled=False)
+    app = web.Application(
+        middlewares=[
+            host_check(allowed_hosts or AllowedHosts()),
+            authn.middleware(),
+            check_permission,
+        ]
     )
+    app[MASTER_KEY] = master
+    snapshot = functools.partial(build_snapshot, master)
+    app[STATE_KEY] = SnapshotDocument(snapshot)
+    app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
+    routes = [
+        Route("/state", _state, Action.VIEW_STATE),
+        Route("/metrics", _metrics, Action.VIEW_STATE),
+        # GET / (the web UI), /events, task sandboxes
+        *setup_ui(
+            app,
+            snapshot=functools.partial(build_snapshot, master),
+            agent=functools.partial(agent_snapshot, master),
+            limits=StreamLimits(
+                total=config.event_streams, per_client=config.event_streams_per_client
+            ),
+            sandbox_ssl=sandbox_ssl,
+        ),
+    ]
+    add_routes(app, routes, guard or acl_guard(master, authn.request_principal))
     return app

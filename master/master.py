@@ -37,7 +37,6 @@ class Master(
     RoleHandling,
 ):
     def _start(self) -> None:
-        self.metrics.collect_state_of(self)
         self._apply_roles()
         self._recover()
 

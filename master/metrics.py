@@ -8,25 +8,30 @@ Two kinds, kept apart so the hot paths stay cheap:
   happen, each with a one-line call into `MasterMetrics`. Labelled children
   are resolved once, here, so a hook is a dict lookup and an increment.
 - **State** (tasks by state, shares, role allocations and fair shares, agents
-  by health, cluster totals, frameworks) is read when Prometheus scrapes, by
-  `_StateCollector`, from one `ClusterSnapshot` (master/read_model.py) per
-  scrape: nothing is kept up to date on the way, and the figures are the ones
-  `GET /state` shows, derived in the same place.
+  by health, cluster totals, frameworks) is read when Prometheus scrapes, from
+  one `ClusterSnapshot` (master/read_model.py) per scrape, taken on the event
+  loop; `exposition(snapshot)` then renders everything in a worker thread
+  (master/snapshot_document.py). Nothing is kept up to date on the way, and the
+  figures are the ones `GET /state` shows, derived in the same place.
 
 Every master has its own `CollectorRegistry` (tests run many masters in one
 process). Beside the mesolite_* series it exports the standard process_* and
 python_* ones. Amounts of resources are in each resource's own unit (cpus: cores,
 mem and disk: MB), named by the `resource` label.
+
+Label values are ids (framework ids, role paths, resource names: each validated and
+bounded where it enters the master) or members of fixed enums, never free text a
+client chose: a framework's name is on GET /state, not here (a 30 MB name made a
+90 MB /metrics when it was a label). `LABELS` lists every label name in use.
 """
 
 from __future__ import annotations
 
-import functools
 import time
 from collections import Counter as Tally
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from prometheus_client import (
     CollectorRegistry,
@@ -36,16 +41,13 @@ from prometheus_client import (
     PlatformCollector,
     ProcessCollector,
     disable_created_metrics,
+    generate_latest,
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
-from mesolite.master.read_model import build_snapshot
 from mesolite.model import TaskState
 from mesolite.resources import Resources
 from mesolite.snapshot import AgentHealth, ClusterSnapshot
-
-if TYPE_CHECKING:
-    from mesolite.master.master import Master
 
 # No `*_created` series: one start time per counter and label set would double
 # the output, and the text format's consumers do not use them. (Process-wide;
@@ -54,6 +56,25 @@ disable_created_metrics()  # type: ignore[no-untyped-call]
 
 RescindReason = Literal["timeout", "agent_lost", "framework_gone"]
 RESCIND_REASONS: tuple[RescindReason, ...] = ("timeout", "agent_lost", "framework_gone")
+
+# Every label name of the mesolite_* series: ids, or values from a fixed set.
+LABELS = frozenset(
+    {
+        "framework_id",
+        "task_id",
+        "agent_id",
+        "role",
+        "resource",
+        "state",
+        "health",
+        "reason",
+        "call",
+        "isolation",
+    }
+)
+# How agents contain tasks (`mesolite_agents_by_isolation`); any other value an
+# agent reports is counted as "other", so the label stays within a fixed set.
+ISOLATION_MODES = ("cgroups-v2", "cgroups-v1", "process-tree", "other")
 
 # Scheduler calls a framework can make (the `call` oneof of mesolite.v1.Call),
 # plus "none" for a call with nothing set.
@@ -94,7 +115,7 @@ CYCLE_OFFERS_BUCKETS = (0, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000,
 class MasterMetrics:
     """The master's counters and histograms, and the collector that reads its state."""
 
-    def __init__(self, master: Master | None = None) -> None:
+    def __init__(self) -> None:
         self.registry = CollectorRegistry()
         r = self.registry
         self._offers_sent = Counter(
@@ -153,8 +174,6 @@ class MasterMetrics:
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
-        if master is not None:
-            self.collect_state_of(master)
 
     # Hooks: one call each from the master ----------------------------------
 
@@ -190,24 +209,35 @@ class MasterMetrics:
     def call_rejected(self, call: str | None) -> None:
         self._rejected.labels(call or "none").inc()
 
-    def collect_state_of(self, master: Master) -> None:
-        """Read `master`'s state at every scrape (gauges: tasks, shares, agents, totals)."""
-        self.registry.register(_StateCollector(functools.partial(build_snapshot, master)))
+    def exposition(self, state: ClusterSnapshot) -> bytes:
+        """Every series in Prometheus' text format, the state's gauges read from `state`.
+
+        Blocking, and it reads only `state` and the thread-safe counters: a scrape
+        takes the snapshot on the event loop and calls this in a worker thread."""
+        return generate_latest(_Scrape(self.registry, state))
 
 
-class _StateCollector:
-    """Gauges read from one snapshot of the master's state per scrape (on the event loop)."""
+class _Scrape:
+    """What one scrape collects: the registry's series, and the state's gauges."""
 
-    def __init__(self, snapshot: Callable[[], ClusterSnapshot]) -> None:
-        self._snapshot = snapshot
+    def __init__(self, registry: CollectorRegistry, state: ClusterSnapshot) -> None:
+        self._registry = registry
+        self._state = state
 
     def collect(self) -> Iterable[Metric]:
-        state = self._snapshot()
-        yield from _tasks(state)
-        yield from _frameworks(state)
-        yield from _roles(state)
-        yield from _agents(state)
-        yield from _cluster(state)
+        yield from self._registry.collect()
+        yield from state_metrics(self._state)
+
+
+def state_metrics(state: ClusterSnapshot) -> Iterator[Metric]:
+    """The gauges of one snapshot of the master's state."""
+    yield from _tasks(state)
+    yield from _task_usage(state)
+    yield from _frameworks(state)
+    yield from _roles(state)
+    yield from _agents(state)
+    yield from _agent_usage(state)
+    yield from _cluster(state)
 
 
 def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:
@@ -223,8 +253,23 @@ def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:
     yield tasks
 
 
+def _task_usage(state: ClusterSnapshot) -> Iterator[Metric]:
+    usage = GaugeMetricFamily(
+        "mesolite_task_usage",
+        "What a running task uses, as its agent measures it in the task's cgroup: cpus "
+        "(CPU seconds per second over the agent's last sample) and mem (MB charged). "
+        "Only tasks on agents with cgroups.",
+        labels=["framework_id", "task_id", "resource"],
+    )
+    for t in state.tasks:
+        if t.usage is not None:
+            usage.add_metric([t.framework_id, t.id, "cpus"], t.usage.cpus_used)
+            usage.add_metric([t.framework_id, t.id, "mem"], t.usage.mem_used_mb)
+    yield usage
+
+
 def _frameworks(state: ClusterSnapshot) -> Iterator[Metric]:
-    labels = ["framework_id", "name", "role"]
+    labels = ["framework_id", "role"]  # ids only: a name is free text
     dominant = GaugeMetricFamily(
         "mesolite_framework_dominant_share",
         "The framework's dominant share: its largest share of any resource in the "
@@ -241,7 +286,7 @@ def _frameworks(state: ClusterSnapshot) -> Iterator[Metric]:
         "mesolite_framework_tasks", "Running tasks of the framework.", labels=labels
     )
     for f in state.frameworks:
-        values = [f.id, f.name, f.role]
+        values = [f.id, f.role]
         dominant.add_metric(values, f.dominant_share)
         weighted.add_metric(values, f.weighted_dominant_share)
         running.add_metric(values, f.running_tasks)
@@ -315,6 +360,37 @@ def _agents(state: ClusterSnapshot) -> Iterator[Metric]:
     )
 
 
+def _agent_usage(state: ClusterSnapshot) -> Iterator[Metric]:
+    labels = ["agent_id", "resource"]
+    used = GaugeMetricFamily(
+        "mesolite_agent_used",
+        "What the agent's running tasks hold (were given), in the resource's unit.",
+        labels=labels,
+    )
+    usage = GaugeMetricFamily(
+        "mesolite_agent_usage",
+        "What the agent's running tasks use, as it measures them in their cgroups "
+        "(cpus: CPUs, mem: MB); absent for agents without cgroups.",
+        labels=labels,
+    )
+    modes = GaugeMetricFamily(
+        "mesolite_agents_by_isolation",
+        "Agents by how they contain tasks: cgroups-v2, cgroups-v1, or process-tree (the "
+        "fallback: per-process rlimits, no CPU or pids limit).",
+        labels=["isolation"],
+    )
+    for a in state.agents:
+        for name in sorted(a.total):
+            used.add_metric([a.id, name], a.used.get_amount(name))
+        for name in sorted(a.usage):
+            usage.add_metric([a.id, name], a.usage.get_amount(name))
+    known = set(ISOLATION_MODES)
+    by_mode = Tally(a.isolation if a.isolation in known else "other" for a in state.agents)
+    for mode in ISOLATION_MODES:
+        modes.add_metric([mode], by_mode[mode])
+    yield from (used, usage, modes)
+
+
 def _cluster(state: ClusterSnapshot) -> Iterator[Metric]:
     total, allocated = state.cluster.total, state.cluster.allocated
     total_family = GaugeMetricFamily(
@@ -327,10 +403,18 @@ def _cluster(state: ClusterSnapshot) -> Iterator[Metric]:
         "Resources in use by tasks or held by outstanding offers, in the resource's unit.",
         labels=["resource"],
     )
+    usage_family = GaugeMetricFamily(
+        "mesolite_cluster_usage",
+        "What running tasks use, as their agents measure it in their cgroups "
+        "(cpus: CPUs, mem: MB).",
+        labels=["resource"],
+    )
     for name in sorted(set(total) | set(allocated)):
         total_family.add_metric([name], total.get_amount(name))
         allocated_family.add_metric([name], allocated.get_amount(name))
-    yield from (total_family, allocated_family)
+    for name in sorted(state.cluster.usage):
+        usage_family.add_metric([name], state.cluster.usage.get_amount(name))
+    yield from (total_family, allocated_family, usage_family)
     yield GaugeMetricFamily(
         "mesolite_offers_outstanding",
         "Offers sent and not yet accepted, declined or rescinded.",

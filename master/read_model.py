@@ -13,7 +13,9 @@ each figure is derived here once:
   allocator orders by (read from the allocator);
 - a framework's `allocated` is what the allocator counts (its tasks plus its
   offers), `used` what its tasks hold, `offered` what its offers hold; the
-  same three per agent.
+  same three per agent;
+- `usage` is what tasks use as their agents measured it (the last heartbeat's
+  figures): per task, summed per agent (cpus, mem) and over the cluster.
 
 Cost: one pass over each of the master's collections, O(agents + frameworks +
 tasks + offers + roles) resource-vector operations (each O(resource names)),
@@ -34,7 +36,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from mesolite.master.policies import DRFPolicy
-from mesolite.model import Offer
+from mesolite.model import Offer, TaskUsage
 from mesolite.resources import EMPTY, Resources
 from mesolite.snapshot import (
     AgentSnapshot,
@@ -45,6 +47,7 @@ from mesolite.snapshot import (
     OfferSnapshot,
     RoleSnapshot,
     TaskSnapshot,
+    TaskUsageSnapshot,
 )
 
 if TYPE_CHECKING:
@@ -72,6 +75,7 @@ def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapsh
     )
     tasks = tuple(_task(t) for t in master.tasks())
     allocated = sum((a.allocated for a in agents), EMPTY)
+    usage = sum((a.usage for a in agents), EMPTY)
     return ClusterSnapshot(
         master_id=master.master_id,
         policy=master.allocator.policy.name,
@@ -85,6 +89,7 @@ def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapsh
             frameworks=len(frameworks),
             running_tasks=len(tasks),
             outstanding_offers=len(offers),
+            usage=usage,
         ),
         frameworks=frameworks,
         roles=_roles(master, Counter(f.role for f in frameworks)),
@@ -164,7 +169,22 @@ def _agent(master: Master, a: AgentRecord, offered: Resources, now: float) -> Ag
         registered_at=a.registered_at,
         used=sum((t.spec.resources for t in a.tasks.values()), EMPTY),
         offered=offered,
+        usage=_measured(a.tasks.values()),
+        isolation=a.isolation,
+        task_user=a.task_user,
     )
+
+
+def _measured(tasks: Iterable[TaskRecord]) -> Resources:
+    """What `tasks` use, as measured: cpus and mem (MB); empty if none was measured."""
+    cpus = mem = 0.0
+    measured = False
+    for t in tasks:
+        if t.usage is not None:
+            measured = True
+            cpus += t.usage.cpus_used
+            mem += t.usage.mem_used_mb
+    return Resources(cpus=round(cpus, 4), mem=round(mem, 2)) if measured else EMPTY
 
 
 def _roles(master: Master, frameworks_in: Counter[str]) -> tuple[RoleSnapshot, ...]:
@@ -202,7 +222,12 @@ def _task(t: TaskRecord) -> TaskSnapshot:
         agent_id=t.agent_id,
         state=t.state,
         resources=t.spec.resources,
+        usage=_usage(t.usage) if t.usage is not None else None,
     )
+
+
+def _usage(u: TaskUsage) -> TaskUsageSnapshot:
+    return TaskUsageSnapshot(u.cpus_used, u.cpu_seconds, u.mem_used_mb, u.mem_peak_mb, u.processes)
 
 
 def _offer(offer: Offer) -> OfferSnapshot:
@@ -224,6 +249,7 @@ def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSna
             message=t.status.message if t.status else "",
             exit_code=t.status.exit_code if t.status else None,
             ended_at=t.status.timestamp if t.status else None,
+            reason=t.status.reason if t.status else "",
         )
         for t in heapq.nlargest(shown, newest, key=_ended_at)
     )

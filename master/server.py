@@ -4,6 +4,12 @@ async with MasterServer(config, host="127.0.0.1", port=0, http_port=0) as server
     print(server.grpc_address, server.http_address)
     snapshot = server.snapshot()  # the cluster now, as GET /state shows it
     await server.wait_closed()
+
+With `config.tls` both ports speak TLS and every call must name a principal
+(master/authn.py): the gRPC port requires a client certificate from the cluster's CA,
+HTTPS takes a certificate or a bearer token, and `token_port` (when given) is a second
+gRPC port for bearer-token clients. Without TLS the master listens only on loopback,
+unless `config.insecure` (`mesolite.tls.check_listen`).
 """
 
 from __future__ import annotations
@@ -19,12 +25,16 @@ import structlog
 from aiohttp import web
 
 from mesolite import grpc_utils
+from mesolite.http_hosts import AllowedHosts
+from mesolite.master.authn import Authenticator
 from mesolite.master.effects import AsyncioTimers
 from mesolite.master.http import create_app
 from mesolite.master.master import Master, MasterConfig
 from mesolite.master.read_model import build_snapshot
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
+from mesolite.master.stream_limits import GrpcStreamLimits
 from mesolite.snapshot import ClusterSnapshot
+from mesolite.tls import TlsError, check_listen
 from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -38,12 +48,15 @@ class MasterServer:
         port: int = 5050,
         http_port: int = 0,
         clock: Callable[[], float] = time.monotonic,
+        token_port: int | None = None,
     ) -> None:
         self.config = config
         self._clock = clock  # the master's timeouts run on it (tests may skip ahead)
         self.host = host
         self._port = port
         self._http_port = http_port
+        self._token_port = token_port
+        self.authn = Authenticator(enabled=False)
         self.master: Master | None = None
         self._grpc: grpc.aio.Server | None = None
         self._http: web.AppRunner | None = None
@@ -51,14 +64,23 @@ class MasterServer:
         self._closed = asyncio.Event()
         self.port = 0
         self.http_port = 0
+        self.token_port = 0  # the bearer-token gRPC port, once bound (0: none)
 
     @property
     def grpc_address(self) -> str:
         return f"{self.host}:{self.port}"
 
     @property
+    def token_address(self) -> str:
+        return f"{self.host}:{self.token_port}"
+
+    @property
     def http_address(self) -> str:
         return f"{self.host}:{self.http_port}"
+
+    @property
+    def http_url(self) -> str:
+        return f"{'https' if self.config.tls else 'http'}://{self.http_address}"
 
     def snapshot(self) -> ClusterSnapshot:
         """The cluster now, as GET /state shows it (call on the server's event loop)."""
@@ -67,17 +89,43 @@ class MasterServer:
         return build_snapshot(self.master)
 
     async def start(self) -> None:
+        tls = self.config.tls
+        check_listen("the master", self.host, tls=tls is not None, insecure=self.config.insecure)
+        if tls is None and (self.config.credentials_file or self._token_port is not None):
+            raise TlsError("bearer tokens are accepted only over TLS: give the master --tls-dir")
+        authn = self.authn = Authenticator(tls is not None, self.config.credentials_file)
         timers = AsyncioTimers(asyncio.get_running_loop())
         master = self.master = Master(self.config, timers=timers, clock=self._clock)
-        self._grpc = grpc_utils.create_server()
-        scheduler_pb2_grpc.add_SchedulerServicer_to_server(SchedulerService(master), self._grpc)
-        agent_pb2_grpc.add_AgentGatewayServicer_to_server(AgentGatewayService(master), self._grpc)
-        self.port = grpc_utils.bind(self._grpc, self.host, self._port)
+        self._grpc = grpc_utils.create_server(interceptors=[authn.interceptor()])
+        limits = GrpcStreamLimits(self.config.grpc_streams)  # shared by both services
+        scheduler_pb2_grpc.add_SchedulerServicer_to_server(
+            SchedulerService(master, authn, limits), self._grpc
+        )
+        agent_pb2_grpc.add_AgentGatewayServicer_to_server(
+            AgentGatewayService(master, authn, limits), self._grpc
+        )
+        self.port = grpc_utils.bind(self._grpc, self.host, self._port, tls)
+        if self._token_port is not None:
+            self.token_port = grpc_utils.bind(
+                self._grpc, self.host, self._token_port, tls, client_cert=False
+            )
         await self._grpc.start()
 
-        self._http = web.AppRunner(create_app(master), access_log=None)
+        app = create_app(
+            master,
+            allowed_hosts=AllowedHosts(self.config.http_allowed_hosts, self.host),
+            authn=authn,
+            # The master reads the agents' sandboxes over HTTPS, as the principal it is.
+            sandbox_ssl=tls.client_context() if tls else None,
+        )
+        self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()
-        site = web.TCPSite(self._http, self.host, self._http_port)
+        site = web.TCPSite(
+            self._http,
+            self.host,
+            self._http_port,
+            ssl_context=tls.server_context(require_client_cert=False) if tls else None,
+        )
         await site.start()
         self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
 
@@ -93,7 +141,8 @@ class MasterServer:
             "master started",
             master_id=master.master_id,
             grpc=self.grpc_address,
-            http=self.http_address,
+            http=self.http_url,
+            authentication=authn.enabled,
         )
 
     async def _allocation_loop(self, master: Master) -> None:

@@ -4,13 +4,21 @@ Thin by design. Each stream has one reader (calls -> `Master` methods, with
 protobuf converted to domain values on the way in) and one writer (the peer's
 outbox, a `StreamWriter`, with domain messages converted to protobuf on the way out). Rejected
 calls become ERROR events; nothing else happens here.
+
+Who calls is settled before a servicer runs: with authentication on, the interceptor
+(`master/authn.py`) has refused every call without a principal; the servicers pass the
+principal (a certificate's CN, or a token's) to the core with the subscription or the
+registration. It comes from the connection, never from a field the client fills in.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
+from urllib.parse import unquote
 
 import grpc
 import grpc.aio
@@ -18,8 +26,11 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from mesolite import convert
+from mesolite.logs import clip
 from mesolite.master import messages as msg
+from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
+from mesolite.master.stream_limits import GrpcStreamLimits
 from mesolite.resources import InvalidResources
 from mesolite.stream_writer import StreamWriter
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
@@ -38,7 +49,7 @@ _UNDECODABLE = "a message could not be decoded"
 
 
 async def _first(
-    requests: AsyncIterator[T], context: grpc.aio.ServicerContext[object, object]
+    requests: AsyncIterator[T], context: grpc.aio.ServicerContext[Any, Any]
 ) -> T | None:
     """The stream's first message; None if the peer sent none."""
     try:
@@ -51,6 +62,66 @@ async def _first(
         return None
 
 
+@contextlib.asynccontextmanager
+async def _admitted(
+    authn: Authenticator,
+    limits: GrpcStreamLimits,
+    requests: AsyncIterator[T],
+    context: grpc.aio.ServicerContext[Any, Any],
+) -> AsyncIterator[tuple[str | None, T | None]]:
+    """A new stream, authenticated and within its client's limits: its principal and
+    first message (None if it ended before sending one)."""
+    principal = await authn.grpc_caller(context)
+    client = _client_of(principal, context)
+    first = await _open_stream(limits, client, requests, context)
+    try:
+        yield principal, first
+    finally:
+        limits.close(client)
+
+
+def _client_of(principal: str | None, context: grpc.aio.ServicerContext[Any, Any]) -> str:
+    """Who a stream counts against: its host, and its principal if it has one (agents
+    may share a principal; one client is one principal on one host)."""
+    host = peer_host(context.peer()) or context.peer()
+    return f"{principal}@{host}" if principal else host
+
+
+async def _open_stream(
+    limits: GrpcStreamLimits,
+    client: str,
+    requests: AsyncIterator[T],
+    context: grpc.aio.ServicerContext[Any, Any],
+) -> T | None:
+    """Admit a stream of `client` and read its first message, within the limits.
+
+    Aborts the call when the client holds too many streams or the first message
+    does not come in time. Once this returns, the caller owns one open stream of
+    `client` and must `limits.close(client)` when it ends.
+    """
+    if refusal := limits.open(client):
+        log.warning("stream refused", client=clip(client), reason=refusal)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
+    try:
+        async with asyncio.timeout(limits.config.first_message_timeout):
+            return await _first(requests, context)
+    except TimeoutError:
+        limits.close(client)
+        timeout = limits.config.first_message_timeout
+        await context.abort(
+            grpc.StatusCode.DEADLINE_EXCEEDED, f"no first message within {timeout:g} s"
+        )
+        raise  # not reached: abort raises
+    except BaseException:
+        limits.close(client)
+        raise
+    finally:
+        limits.first_message_done(client)
+
+
+# Error texts quote what the client sent; they go back to it (and to the log) clipped.
+_ERROR_TEXT_LIMIT = 1000
+
 _STATUS_OF = {
     Refusal.INVALID: grpc.StatusCode.INVALID_ARGUMENT,
     Refusal.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -62,7 +133,7 @@ _STATUS_OF = {
 async def _refuse(
     context: grpc.aio.ServicerContext[object, object], e: RegistrationRefused
 ) -> None:
-    await context.abort(_STATUS_OF[e.refusal], str(e))
+    await context.abort(_STATUS_OF[e.refusal], clip(str(e), _ERROR_TEXT_LIMIT))
 
 
 def _read_into(
@@ -93,44 +164,59 @@ def _read_into(
 
 
 class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
-    def __init__(self, master: Master) -> None:
+    def __init__(
+        self,
+        master: Master,
+        authn: Authenticator | None = None,
+        limits: GrpcStreamLimits | None = None,
+    ) -> None:
         self._master = master
+        self._authn = authn or Authenticator(enabled=False)
+        self._limits = limits or GrpcStreamLimits()
 
     async def Connect(
         self,
         request_iterator: AsyncIterator[scheduler_pb2.Call],
         context: grpc.aio.ServicerContext[scheduler_pb2.Call, scheduler_pb2.Event],
     ) -> AsyncIterator[scheduler_pb2.Event]:
-        first = await _first(request_iterator, context)
-        if first is None:
-            return
-        if first.WhichOneof("call") != "subscribe":
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
-            )
-        outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
-        try:
-            info = convert.framework_info_from_proto(first.subscribe.framework_info)
-            framework_id = self._master.subscribe(info, outbox)
-        except RegistrationRefused as e:
-            log.warning("subscription refused", reason=str(e), refusal=e.refusal.value)
-            await _refuse(context, e)
-            return
+        async with _admitted(self._authn, self._limits, request_iterator, context) as (
+            principal,
+            first,
+        ):
+            if first is None:
+                return
+            if first.WhichOneof("call") != "subscribe":
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
+                )
+            outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
+            try:
+                info = convert.framework_info_from_proto(first.subscribe.framework_info)
+                framework_id = self._master.subscribe(info, outbox, principal=principal)
+            except RegistrationRefused as e:
+                log.warning(
+                    "subscription refused",
+                    reason=clip(str(e), _ERROR_TEXT_LIMIT),
+                    refusal=e.refusal.value,
+                )
+                await _refuse(context, e)
+                return
 
-        def handle(call: scheduler_pb2.Call) -> None:
-            if outbox.closed:
-                return  # replaced by a newer subscription; ignore stale calls
-            self._dispatch(framework_id, call, outbox)
+            def handle(call: scheduler_pb2.Call) -> None:
+                if outbox.closed:
+                    return  # replaced by a newer subscription; ignore stale calls
+                self._dispatch(framework_id, call, outbox)
 
-        reader = _read_into(request_iterator, handle, outbox)
-        try:
-            async for message in outbox.drain():
-                yield _framework_event(message)
-        finally:
-            reader.cancel()
-            self._master.disconnect_framework(framework_id, outbox)
-        if outbox.close_reason.startswith(_UNDECODABLE):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
+            reader = _read_into(request_iterator, handle, outbox)
+            try:
+                async for message in outbox.drain():
+                    yield _framework_event(message)
+            finally:
+                reader.cancel()
+                self._master.disconnect_framework(framework_id, outbox)
+            if outbox.close_reason.startswith(_UNDECODABLE):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
+
 
     def _dispatch(
         self,
@@ -169,14 +255,15 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 raise CallRejected("empty call")
         except (CallRejected, InvalidResources, ValueError) as e:
             master.metrics.call_rejected(kind)
+            reason = clip(str(e), _ERROR_TEXT_LIMIT)
             log.warning(
                 "call rejected",
                 framework_id=framework_id,
                 call=kind,
-                call_id=call.call_id,
-                reason=str(e),
+                call_id=clip(call.call_id),
+                reason=reason,
             )
-            outbox.send(msg.Error(f"{kind}: {e}", call.call_id))
+            outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
 
 
 def _refuse_seconds(filters: scheduler_pb2.Filters | None) -> float | None:
@@ -212,79 +299,122 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
 # Agents ----------------------------------------------------------------------
 
 
+def peer_host(peer: str) -> str:
+    """The IP address of a gRPC peer ("ipv4:10.0.0.5:41234", "ipv6:[::1]:41234", the
+    brackets maybe %-encoded); "" for anything else (a Unix socket, say)."""
+    kind, _, rest = unquote(peer).partition(":")
+    if kind not in ("ipv4", "ipv6"):
+        return ""
+    try:
+        ip = ipaddress.ip_address(rest.rpartition(":")[0].strip("[]"))
+    except ValueError:
+        return ""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return str(ip.ipv4_mapped)
+    return str(ip)
+
+
 class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
-    def __init__(self, master: Master) -> None:
+    def __init__(
+        self,
+        master: Master,
+        authn: Authenticator | None = None,
+        limits: GrpcStreamLimits | None = None,
+    ) -> None:
         self._master = master
+        self._authn = authn or Authenticator(enabled=False)
+        self._limits = limits or GrpcStreamLimits()
 
     async def Connect(
         self,
         request_iterator: AsyncIterator[agent_pb2.AgentCall],
         context: grpc.aio.ServicerContext[agent_pb2.AgentCall, agent_pb2.AgentEvent],
     ) -> AsyncIterator[agent_pb2.AgentEvent]:
-        first = await _first(request_iterator, context)
-        if first is None:
-            return
-        if first.WhichOneof("call") != "register":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the first call must be REGISTER")
-        reg = first.register
-        outbox: StreamWriter[msg.AgentMessage] = StreamWriter(OUTBOX_CAPACITY)
-        try:
-            total = convert.resources_from_proto(reg.total)
-            running = [convert.running_task_from_proto(t) for t in reg.tasks]
-        except (InvalidResources, ValueError) as e:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"invalid registration: {e}")
-            return
-        try:
-            agent_id = self._master.register_agent(
-                reg.agent_id,
-                reg.hostname,
-                reg.address,
-                total,
-                dict(reg.attributes),
-                running,
-                outbox,
-            )
-        except RegistrationRefused as e:
-            log.warning("agent registration refused", agent_id=reg.agent_id, reason=str(e))
-            await _refuse(context, e)
-            return
-
-        def handle(call: agent_pb2.AgentCall) -> None:
-            if outbox.closed:
+        async with _admitted(self._authn, self._limits, request_iterator, context) as (
+            principal,
+            first,
+        ):
+            if first is None:
                 return
-            kind = call.WhichOneof("call")
-            if kind == "heartbeat":
-                self._master.agent_heartbeat(agent_id)
-            elif kind == "status_update":
-                update = call.status_update
-                try:
-                    status = convert.status_from_proto(update.status)
-                    latest = (
-                        convert.task_state_from_proto(update.latest_state)
-                        if update.latest_state
-                        else None
-                    )
-                except ValueError as e:
-                    log.warning("bad status update", agent_id=agent_id, reason=str(e))
-                    return
-                self._master.status_update(agent_id, status, latest)
-            else:
-                log.warning("unexpected agent call", agent_id=agent_id, call=kind)
+            if first.WhichOneof("call") != "register":
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT, "the first call must be REGISTER"
+                )
+            reg = first.register
+            outbox: StreamWriter[msg.AgentMessage] = StreamWriter(OUTBOX_CAPACITY)
+            try:
+                total = convert.resources_from_proto(reg.total)
+                running = [convert.running_task_from_proto(t) for t in reg.tasks]
+            except (InvalidResources, ValueError) as e:
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"invalid registration: {clip(str(e), _ERROR_TEXT_LIMIT)}",
+                )
+                return
+            try:
+                agent_id = self._master.register_agent(
+                    reg.agent_id,
+                    reg.hostname,
+                    reg.address,
+                    total,
+                    dict(reg.attributes),
+                    running,
+                    outbox,
+                    principal=principal,
+                    peer_host=peer_host(context.peer()),
+                    isolation=reg.isolation,
+                    task_user=reg.task_user,
+                )
+            except RegistrationRefused as e:
+                log.warning(
+                    "agent registration refused",
+                    agent_id=clip(reg.agent_id),
+                    reason=clip(str(e), _ERROR_TEXT_LIMIT),
+                )
+                await _refuse(context, e)
+                return
 
-        reader = _read_into(request_iterator, handle, outbox)
-        try:
-            async for message in outbox.drain():
-                yield _agent_event(message)
-        finally:
-            reader.cancel()
-            self._master.disconnect_agent(agent_id, outbox)
-        if outbox.close_reason.startswith(_UNDECODABLE):
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
-        if agent_id in self._master.removed_agents:
-            await context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION,
-                f"agent {agent_id} was removed: {outbox.close_reason}",
-            )
+            def handle(call: agent_pb2.AgentCall) -> None:
+                if outbox.closed:
+                    return
+                kind = call.WhichOneof("call")
+                if kind == "heartbeat":
+                    try:
+                        usage = [convert.usage_from_proto(u) for u in call.heartbeat.usage]
+                    except ValueError as e:
+                        log.warning("bad task usage", agent_id=agent_id, reason=clip(str(e)))
+                        usage = []
+                    self._master.agent_heartbeat(agent_id, usage)
+                elif kind == "status_update":
+                    update = call.status_update
+                    try:
+                        status = convert.status_from_proto(update.status)
+                        latest = (
+                            convert.task_state_from_proto(update.latest_state)
+                            if update.latest_state
+                            else None
+                        )
+                    except ValueError as e:
+                        log.warning("bad status update", agent_id=agent_id, reason=clip(str(e)))
+                        return
+                    self._master.status_update(agent_id, status, latest)
+                else:
+                    log.warning("unexpected agent call", agent_id=agent_id, call=kind)
+
+            reader = _read_into(request_iterator, handle, outbox)
+            try:
+                async for message in outbox.drain():
+                    yield _agent_event(message)
+            finally:
+                reader.cancel()
+                self._master.disconnect_agent(agent_id, outbox)
+            if outbox.close_reason.startswith(_UNDECODABLE):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
+            if agent_id in self._master.removed_agents:
+                await context.abort(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"agent {agent_id} was removed: {outbox.close_reason}",
+                )
 
 
 def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:

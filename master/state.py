@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 from mesolite.master import messages as msg
 from mesolite.master.effects import Cancellable, Peer
-from mesolite.model import FrameworkInfo, Offer, TaskSpec, TaskState, TaskStatus
+from mesolite.model import FrameworkInfo, Offer, TaskSpec, TaskState, TaskStatus, TaskUsage
 from mesolite.resources import Resources
 
 
@@ -28,6 +28,8 @@ class TaskRecord:
     # is queued behind the ones the framework has not acknowledged yet; those
     # updates, the terminal one last, are still forwarded when they come.
     end_pending: bool = False
+    # What it uses, as its agent last measured it (heartbeats); None if unmeasured.
+    usage: TaskUsage | None = None
 
 
 @dataclass(slots=True)
@@ -44,6 +46,9 @@ class AgentRecord:
     # Who registered it (from the connection; None without authentication): only
     # that principal may register with this agent id again.
     principal: str | None = None
+    # How it contains its tasks, and as whom they run, as it said when it registered.
+    isolation: str = ""
+    task_user: str = ""
 
     @property
     def connected(self) -> bool:

@@ -192,7 +192,11 @@ class StatusUpdateHandling(MasterCore):
         unanswered = []
         for task_id in task_ids:
             known = framework.tasks.get(task_id) or completed.get(task_id)
-            if known is not None:
+            if known is not None and known.end_pending:
+                # Its own updates, the end last, are on their way from its agent:
+                # an answer now would show the end before them.
+                unanswered.append(task_id)
+            elif known is not None:
                 framework.outbox.send(msg.Update(self._latest_status(known)))
             elif self.recovering_agents:
                 unanswered.append(task_id)
@@ -203,7 +207,7 @@ class StatusUpdateHandling(MasterCore):
                 framework.outbox.send(msg.Update(unknown))
         if unanswered:
             log.info(
-                "reconciliation deferred: agents still re-registering",
+                "reconciliation deferred: agents re-registering, or updates on their way",
                 framework_id=framework_id,
                 tasks=len(unanswered),
                 agents=len(self.recovering_agents),
@@ -219,6 +223,7 @@ class StatusUpdateHandling(MasterCore):
             task.state,
             message="reconciliation",
             exit_code=last.exit_code if last else None,
+            reason=last.reason if last else "",
             timestamp=self._wall_clock(),
             source=StatusSource.MASTER,
         )

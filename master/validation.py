@@ -13,9 +13,11 @@ import math
 import re
 from collections.abc import Callable, Container, Mapping, Sequence
 
+from mesolite.logs import clip as clip  # the one helper (offers, status updates use it too)
 from mesolite.master.role_config import is_valid_role
 from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, TaskSpec
 from mesolite.resources import EMPTY, Resources
+from mesolite.sandbox_protocol import format_address, parse_address
 
 ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")  # \Z: "$" lets a final newline in
 
@@ -35,11 +37,6 @@ MAX_TASKS_PER_CALL = 1000  # tasks in one ACCEPT
 MAX_IDS_PER_CALL = 10_000  # offer ids in an ACCEPT or DECLINE, task ids in a RECONCILE
 MAX_TASKS_PER_AGENT = 10_000  # tasks an agent may report when it registers
 MAX_FAILOVER_TIMEOUT = 365 * 24 * 3600.0  # a year; Marathon's default is a week
-
-
-def clip(value: str, limit: int = 64) -> str:
-    """A client's string as quoted back in an error: at most `limit` characters."""
-    return value if len(value) <= limit else f"{value[:limit]}... ({len(value)} characters)"
 
 
 def id_problem(what: str, value: str) -> str | None:
@@ -159,11 +156,13 @@ def resources_of(tasks: Sequence[TaskSpec]) -> Resources:
 
 
 def agent_registration_problem(
-    agent_id: str, total: Resources, running: Sequence[RunningTask]
+    agent_id: str, total: Resources, running: Sequence[RunningTask], address: str = ""
 ) -> str | None:
     """What is wrong with a registration in itself (the agent id's standing aside)."""
     if total.is_empty():
         return "agent offers no resources"
+    if address and parse_address(address) is None:
+        return f"invalid sandbox address {clip(address)!r}: expected HOST:PORT"
     if problem := resources_problem("the agent", total):
         return problem
     if agent_id and (problem := id_problem("agent id", agent_id)):
@@ -178,9 +177,30 @@ def agent_registration_problem(
     return None
 
 
-def agent_info_problem(hostname: str, attributes: Mapping[str, str]) -> str | None:
+def sandbox_address(address: str, peer_host: str) -> str:
+    """Where the master reads an agent's sandboxes: HOST:PORT, or "" for nowhere.
+
+    `address` is what the agent registered (valid per `agent_registration_problem`);
+    `peer_host` the IP address its connection comes from, if known. The port is the
+    agent's to say; the host is the peer's, so an agent can only point the master at
+    its own machine, never at another host (server-side request forgery).
+    """
+    parsed = parse_address(address) if address else None
+    if parsed is None:
+        return ""
+    host, port = parsed
+    return format_address(peer_host or host, port)
+
+
+def agent_info_problem(
+    hostname: str, attributes: Mapping[str, str], isolation: str = "", task_user: str = ""
+) -> str | None:
     """What is wrong with how an agent describes itself."""
-    if problem := _name_problem("hostname", hostname):
+    if problem := (
+        _name_problem("hostname", hostname)
+        or _name_problem("isolation", isolation)
+        or _name_problem("task user", task_user)
+    ):
         return problem
     if len(attributes) > MAX_ATTRIBUTES:
         return f"the agent has {len(attributes)} attributes, more than {MAX_ATTRIBUTES}"

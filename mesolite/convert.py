@@ -7,6 +7,8 @@ with `InvalidResources` or `ValueError` before any state is touched.
 
 from __future__ import annotations
 
+import contextlib
+
 from mesolite.model import (
     FrameworkInfo,
     Offer,
@@ -15,6 +17,7 @@ from mesolite.model import (
     TaskSpec,
     TaskState,
     TaskStatus,
+    TaskUsage,
 )
 from mesolite.resources import Resources
 from mesolite.v1 import agent_pb2, common_pb2, scheduler_pb2
@@ -69,6 +72,7 @@ _SOURCES_BACK = {v: k for k, v in _SOURCES.items()}
 
 
 def status_from_proto(msg: common_pb2.TaskStatus) -> TaskStatus:
+    reason = common_pb2.TaskStatus.Reason.Name(msg.reason) if msg.reason else ""
     return TaskStatus(
         task_id=msg.task_id,
         framework_id=msg.framework_id,
@@ -79,6 +83,7 @@ def status_from_proto(msg: common_pb2.TaskStatus) -> TaskStatus:
         timestamp=msg.timestamp,
         update_id=msg.update_id,
         source=_SOURCES_BACK.get(msg.source, StatusSource.AGENT),
+        reason=reason,
     )
 
 
@@ -95,6 +100,9 @@ def status_to_proto(status: TaskStatus) -> common_pb2.TaskStatus:
     )
     if status.exit_code is not None:
         msg.exit_code = status.exit_code
+    if status.reason:
+        with contextlib.suppress(ValueError):  # one this version does not know: unspecified
+            msg.reason = common_pb2.TaskStatus.Reason.Value(status.reason)
     return msg
 
 
@@ -151,4 +159,32 @@ def running_task_to_proto(task: RunningTask) -> agent_pb2.RunningTask:
         framework_id=task.framework_id,
         task=task_to_proto(task.task),
         state=task_state_to_proto(task.state),
+    )
+
+
+def usage_from_proto(msg: agent_pb2.TaskUsage) -> TaskUsage:
+    """Raises ValueError for figures no measurement gives (negative, not finite)."""
+    figures = (msg.cpus_used, msg.cpu_seconds, msg.mem_used_mb, msg.mem_peak_mb)
+    if not all(0.0 <= f < float("inf") for f in figures):
+        raise ValueError(f"invalid usage of task {msg.task_id!r}: {figures}")
+    return TaskUsage(
+        framework_id=msg.framework_id,
+        task_id=msg.task_id,
+        cpus_used=msg.cpus_used,
+        cpu_seconds=msg.cpu_seconds,
+        mem_used_mb=msg.mem_used_mb,
+        mem_peak_mb=msg.mem_peak_mb,
+        processes=msg.processes,
+    )
+
+
+def usage_to_proto(usage: TaskUsage) -> agent_pb2.TaskUsage:
+    return agent_pb2.TaskUsage(
+        framework_id=usage.framework_id,
+        task_id=usage.task_id,
+        cpus_used=usage.cpus_used,
+        cpu_seconds=usage.cpu_seconds,
+        mem_used_mb=usage.mem_used_mb,
+        mem_peak_mb=usage.mem_peak_mb,
+        processes=usage.processes,
     )

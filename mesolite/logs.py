@@ -1,4 +1,11 @@
-"""Logging set-up for entry points. Libraries only call `structlog.get_logger(__name__)`."""
+"""Logging set-up for entry points. Libraries only call `structlog.get_logger(__name__)`.
+
+Clients control much of what is logged (ids, names, hostnames, the reasons a call was
+rejected, which quote the bad value back). `clip` shortens one such string; the
+processors set up here also clip every value of every log line to `LOGGED_VALUE_LIMIT`
+characters, so no client can make one line long (a 3 MB id is logged as its first and
+last characters and its length).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +16,41 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import structlog
+
+CLIPPED_DEFAULT = 64
+LOGGED_VALUE_LIMIT = 1000
+_NOT_CLIPPED = frozenset({"exc_info", "stack", "exception"})
+
+
+def clip(value: str, limit: int = CLIPPED_DEFAULT) -> str:
+    """`value` if at most `limit` characters; else its head and tail around what was cut.
+
+    For client-controlled strings in logs and in error messages that quote them back:
+    `clip("x" * 3_000_000)` is 60-odd characters that still say how long it was.
+    """
+    if len(value) <= limit:
+        return value
+    keep = max(limit - 40, 2)
+    head, tail = keep - keep // 4, keep // 4
+    return f"{value[:head]}…({len(value)} characters)…{value[-tail:]}"
+
+
+def clip_values(
+    logger: object, method: str, event_dict: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """A structlog processor: every value of the line (the message too) clipped to
+    `LOGGED_VALUE_LIMIT` characters; containers are clipped as their repr."""
+    for key, value in event_dict.items():
+        if key in _NOT_CLIPPED:
+            continue
+        if isinstance(value, str):
+            if len(value) > LOGGED_VALUE_LIMIT:
+                event_dict[key] = clip(value, LOGGED_VALUE_LIMIT)
+        elif isinstance(value, list | tuple | set | frozenset | dict | bytes):
+            text = repr(value)
+            if len(text) > LOGGED_VALUE_LIMIT:
+                event_dict[key] = clip(text, LOGGED_VALUE_LIMIT)
+    return event_dict
 
 
 def configure(json: bool = False, level: str = "info") -> None:
@@ -105,6 +147,7 @@ def _processors(renderer: structlog.types.Processor) -> list[structlog.types.Pro
         structlog.contextvars.merge_contextvars,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
+        clip_values,
         renderer,
     ]
 

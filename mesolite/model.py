@@ -76,6 +76,9 @@ class TaskStatus:
     # Set on agent updates; the framework acknowledges the update by this id.
     update_id: str = ""
     source: StatusSource = StatusSource.AGENT
+    # Mesos' TaskStatus.Reason name when a limit of the task's container ended it
+    # (REASON_CONTAINER_LIMITATION_MEMORY, REASON_CONTAINER_LIMITATION); else empty.
+    reason: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,20 @@ class FrameworkInfo:
     role: str = DEFAULT_ROLE
     failover_timeout: float = 0.0
     framework_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskUsage:
+    """What a running task uses of what it was given, as its agent measured it in the
+    task's cgroup (Mesos' ResourceStatistics)."""
+
+    framework_id: str
+    task_id: str
+    cpus_used: float  # CPU seconds per second since the agent's previous sample
+    cpu_seconds: float  # CPU time used since it started
+    mem_used_mb: float  # memory charged to it now (what its limit counts)
+    mem_peak_mb: float  # the most ever charged
+    processes: int  # its processes and threads
 
 
 @dataclass(frozen=True, slots=True)

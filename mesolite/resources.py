@@ -12,6 +12,7 @@ import re
 from collections.abc import Iterator, Mapping
 
 from mesolite.errors import MesoliteError
+from mesolite.logs import clip
 
 _SCALE = 1000
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\Z")  # \Z: "$" lets a final newline in
@@ -23,7 +24,8 @@ class InvalidResources(MesoliteError, ValueError):
 
 def _to_units(name: str, amount: float) -> int:
     if not isinstance(name, str) or not _NAME.match(name):
-        raise InvalidResources(f"invalid resource name {name!r}")
+        shown = clip(name) if isinstance(name, str) else name
+        raise InvalidResources(f"invalid resource name {shown!r}")
     if isinstance(amount, bool) or not isinstance(amount, int | float):
         raise InvalidResources(f"{name}: amount {amount!r} is not a number")
     if math.isnan(amount) or math.isinf(amount):

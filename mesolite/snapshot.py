@@ -46,6 +46,13 @@ class ClusterTotals:
     frameworks: int = field(metadata=doc("registered frameworks, connected or not"))
     running_tasks: int = field(metadata=doc("tasks not yet in a terminal state"))
     outstanding_offers: int = field(metadata=doc("offers sent and not yet answered or rescinded"))
+    usage: Resources = field(
+        default=EMPTY,
+        metadata=doc(
+            "what running tasks use, as their agents measure it in their cgroups "
+            "(cpus: CPUs over the last sample, mem: MB); agents without cgroups add nothing"
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +61,12 @@ class AgentSnapshot:
 
     id: str
     hostname: str
-    address: str = field(metadata=doc("HOST:PORT of its sandbox server; empty if it serves none"))
+    address: str = field(
+        metadata=doc(
+            "HOST:PORT where the master reads its sandboxes: the IP address it connects "
+            "from and the port it registered; empty if it serves none"
+        )
+    )
     attributes: Mapping[str, str]
     total: Resources
     allocated: Resources = field(metadata=doc("held by tasks and outstanding offers on this agent"))
@@ -70,6 +82,22 @@ class AgentSnapshot:
     offered: Resources = field(
         default=EMPTY, metadata=doc("what outstanding offers of this agent hold")
     )
+    usage: Resources = field(
+        default=EMPTY,
+        metadata=doc(
+            "what its running tasks use, as it measures them in their cgroups (cpus: CPUs "
+            "over its last sample, mem: MB charged); compare with used, what they hold"
+        ),
+    )
+    isolation: str = field(
+        default="",
+        metadata=doc(
+            "how it contains tasks: cgroups-v2 or cgroups-v1 (a cgroup per task: memory, "
+            "CPU and pids limits), or process-tree (the fallback: per-process rlimits and a "
+            "process-tree kill); empty if it did not say"
+        ),
+    )
+    task_user: str = field(default="", metadata=doc("the user its tasks run as"))
 
     @property
     def health(self) -> AgentHealth:
@@ -141,6 +169,17 @@ class RoleSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class TaskUsageSnapshot:
+    """What a running task uses of what it was given, as its agent last measured it."""
+
+    cpus_used: float = field(metadata=doc("CPU seconds per second over the agent's last sample"))
+    cpu_seconds: float = field(metadata=doc("CPU time used since it started"))
+    mem_used_mb: float = field(metadata=doc("memory charged to its cgroup now"))
+    mem_peak_mb: float = field(metadata=doc("the most memory ever charged to it"))
+    processes: int = field(metadata=doc("its processes and threads"))
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSnapshot:
     """A task the master considers running (not yet in a terminal state)."""
 
@@ -150,6 +189,9 @@ class TaskSnapshot:
     agent_id: str
     state: TaskState
     resources: Resources
+    usage: TaskUsageSnapshot | None = field(
+        default=None, metadata=doc("null where its agent does not measure it (no cgroups)")
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +207,13 @@ class EndedTaskSnapshot:
     message: str
     exit_code: int | None
     ended_at: float | None
+    reason: str = field(
+        default="",
+        metadata=doc(
+            "why, when a limit of its container ended it (Mesos' TaskStatus.Reason): "
+            "REASON_CONTAINER_LIMITATION_MEMORY, REASON_CONTAINER_LIMITATION; else empty"
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,5 +282,6 @@ __all__ = [
     "OfferSnapshot",
     "RoleSnapshot",
     "TaskSnapshot",
+    "TaskUsageSnapshot",
     "state_json_schema",
 ]

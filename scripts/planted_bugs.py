@@ -1,13 +1,16 @@
-"""Plant known allocator bugs one at a time and check that the tests catch each.
+"""Plant known bugs one at a time and check that the tests catch each: the allocator's,
+holes in authentication (TLS_TESTS) and in isolation (ISOLATION_TESTS).
 
     python scripts/planted_bugs.py [--only NAME ...] [--tests FILE ...]
 
-Each bug is a one-line change to the code (the ones issue 9 found passing every
-test, and a few more). For each, the file is patched, the given test files run
-(default: the allocator's fast unit tests), and the file restored, whatever
-happens. A bug "caught" is one that makes pytest fail; the script exits 1 if
-any bug went uncaught. Run it from the project root with nothing else editing
-these files: it changes them in place for the length of each run.
+Each bug is a one-line change to the code (the allocator's ones issue 9 found
+passing every test, and a few more; authentication's, issue 11; isolation's,
+issue 12, run against the tests on this machine's cgroups). For each, the file
+is patched, the given test files run (default: the allocator's fast unit
+tests), and the file restored, whatever happens. A bug "caught" is one that
+makes pytest fail; the script exits 1 if any bug went uncaught. Run it from the
+project root with nothing else editing these files: it changes them in place
+for the length of each run.
 """
 
 from __future__ import annotations
@@ -30,11 +33,17 @@ class Bug:
     tests: tuple[str, ...] = ()  # the tests that must catch it (default: all fast ones)
 
 
+ISOLATION_TESTS = (
+    "tests/test_isolation.py",
+    "tests/test_isolation_cluster.py",
+    "tests/test_task_usage.py",
+)
 FAST_TESTS = (
     "tests/test_allocator.py",
     "tests/test_role_tree.py",
     "tests/test_allocator_hierarchy.py",
 )
+TLS_TESTS = ("tests/test_tls.py", "tests/test_certs.py")
 
 BUGS = [
     Bug(
@@ -115,6 +124,184 @@ BUGS = [
         "master/role_tree.py",
         "        self._reposition_role(role)\n\n    def unconfigure_role",
         "        pass\n\n    def unconfigure_role",
+    ),
+    # Isolation (issue 12): each against the tests on this machine's cgroups.
+    Bug(
+        "the command does not join its cgroup",
+        "agent/isolation.py",
+        'args += ["--cgroup", str(path)]',
+        "pass",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "a cgroup kill finds no process in the cgroup",
+        "agent/_task_wrapper.py",
+        "        pids = cgroup_pids(cgroups)\n        if not pids:\n            return True",
+        "        pids: set[int] = set()\n        if not pids:\n            return True",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "an OOM kill is not told from any other failure",
+        "agent/isolation.py",
+        "        if stats.oom_kills:",
+        "        if stats.oom_kills > 1:",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the pids limit is not written",
+        "agent/_cgroups.py",
+        '        (dirs["pids"] / "pids.max").write_text(str(limits.pids))',
+        "        pass",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the CPU quota is not written",
+        "agent/_cgroups.py",
+        '        (dirs["cpu"] / "cpu.cfs_quota_us").write_text(str(limits.cfs_quota_us))',
+        "        pass",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "a task inherits the agent's environment",
+        "agent/_task_env.py",
+        'env = {"PATH": DEFAULT_PATH}',
+        'env = {"PATH": DEFAULT_PATH, **agent_env}',
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the agent's records are readable by tasks",
+        "agent/_task_records.py",
+        "    os.chmod(meta, 0o700)",
+        "    os.chmod(meta, 0o755)",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "tasks run as root",
+        "agent/isolation.py",
+        'args += ["--user", self.user.wrapper_arg()]',
+        "pass",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "a restarted agent leaves cgroups no task owns",
+        "agent/tasks.py",
+        "orphans = await asyncio.to_thread(self.isolator.remove_orphans, live)",
+        "orphans = 0",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the fallback's wrapper is no subreaper",
+        "agent/isolation.py",
+        'args += ["--subreaper", "--rlimit"',
+        'args += ["--rlimit"',
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the reason is lost on the wire",
+        "mesolite/convert.py",
+        "            msg.reason = common_pb2.TaskStatus.Reason.Value(status.reason)",
+        "            pass",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "an agent's usage figures land on another agent's tasks",
+        "master/agents.py",
+        "            for key, task in agent.tasks.items():\n"
+        "                task.usage = measured.get(key)",
+        "            for key, task in (\n"
+        "                kt for a in self.agents.values() for kt in a.tasks.items()\n"
+        "            ):\n"
+        "                task.usage = measured.get(key, task.usage)",
+        ISOLATION_TESTS,
+    ),
+    # Authentication (issue 11): each a way in without a principal, or a wrong principal.
+    Bug(
+        "the gRPC port does not require client certificates",
+        "mesolite/grpc_utils.py",
+        "require_client_auth=client_cert,",
+        "require_client_auth=False,",
+        TLS_TESTS,
+    ),
+    Bug(
+        "HTTPS does not ask for client certificates",
+        "mesolite/tls.py",
+        "ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL",
+        "ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_NONE",
+        TLS_TESTS,
+    ),
+    Bug(
+        "HTTP routes without the authentication middleware",
+        "master/http.py",
+        "            authn.middleware(),\n",
+        "",
+        TLS_TESTS,
+    ),
+    Bug(
+        "any bearer token of the right length is accepted",
+        "mesolite/credentials.py",
+        "if hmac.compare_digest(presented, known):",
+        "if len(presented) == len(known):",
+        TLS_TESTS,
+    ),
+    Bug(
+        "the servicer does not pass the principal to the core",
+        "master/servicers.py",
+        "self._master.subscribe(info, outbox, principal=principal)",
+        "self._master.subscribe(info, outbox)",
+        TLS_TESTS,
+    ),
+    Bug(
+        "an ACL refusal is not told to the client as PERMISSION_DENIED",
+        "master/servicers.py",
+        "    Refusal.FORBIDDEN: grpc.StatusCode.PERMISSION_DENIED,\n",
+        "",
+        TLS_TESTS,
+    ),
+    Bug(
+        "the HTTP ACLs judge every request as anonymous",
+        "master/http.py",
+        "acl_guard(master, authn.request_principal)",
+        "acl_guard(master)",
+        TLS_TESTS,
+    ),
+    Bug(
+        "the sandbox server answers any principal of the CA",
+        "agent/sandbox_http.py",
+        "if principal not in readers:",
+        "if principal is None:",
+        TLS_TESTS,
+    ),
+    Bug(
+        "the sandbox proxy reads agents over plain HTTP",
+        "master/ui_routes.py",
+        'url = url.with_scheme("https")',
+        "pass",
+        TLS_TESTS,
+    ),
+    Bug(
+        "an HTTPS client does not verify the server",
+        "mesolite/tls.py",
+        "            if self.cert is not None and self.key is not None:\n"
+        "                context.load_cert_chain",
+        "            context.check_hostname = False\n"
+        "            context.verify_mode = ssl.CERT_NONE\n"
+        "            if self.cert is not None and self.key is not None:\n"
+        "                context.load_cert_chain",
+        TLS_TESTS,
+    ),
+    Bug(
+        "a non-loopback address without TLS is allowed",
+        "mesolite/tls.py",
+        "    if tls or is_loopback(host):\n        return",
+        "    if True:\n        return",
+        TLS_TESTS,
+    ),
+    Bug(
+        "private keys are written readable by all",
+        "mesolite/certs.py",
+        "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600",
+        "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644",
+        TLS_TESTS,
     ),
 ]
 

@@ -328,12 +328,24 @@ class Chaos:
         self.start_framework(kind)
 
     async def settle(self, timeout: float = 60.0) -> None:
-        """Stop launching, kill what is left and wait until every launched task has ended."""
+        """Stop launching, kill what is left and wait until every launched task has ended
+        and every live framework is subscribed.
+
+        The last fault may have just started a framework or restarted the master: a new
+        beta generation has no id until it subscribes, and the judge needs each live
+        framework's id (seed 200: judged at once, with nothing left running, the new
+        generation was taken for a gone framework still listed).
+        """
         for fw in self.frameworks.values():
             fw.want = 0
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(fw.ledger.unresolved() for fw in self.frameworks.values()):
+
+        def unsettled(kind: str, fw: SteadyFramework) -> bool:
+            subscribing = not fw.connected and not self.runs[kind].done()
+            return subscribing or bool(fw.ledger.unresolved())
+
+        while any(unsettled(kind, fw) for kind, fw in self.frameworks.items()):
             if loop.time() > deadline:
                 break
             for fw in self.frameworks.values():
@@ -390,7 +402,10 @@ class Chaos:
         async def quiet() -> dict[str, Any]:
             return await self.master.state(http)
 
-        live_ids = {fw.framework_id for fw in self.frameworks.values()}
+        live_ids = {fw.framework_id for fw in self.frameworks.values() if fw.framework_id}
+        for fw in self.frameworks.values():
+            if fw.framework_id is None:
+                report.violations.append(f"{fw.name}: never subscribed")
         state = await quiet()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 20
@@ -457,7 +472,7 @@ class Chaos:
             alive = [
                 (checkpoint.parent.parent.name, checkpoint.parent.name)
                 for i in range(AGENTS)
-                for checkpoint in (self.work_dir / f"agent{i}").glob("sandboxes/*/*/task.json")
+                for checkpoint in (self.work_dir / f"agent{i}").glob("meta/*/*/task.json")
                 if _task_alive(checkpoint)
             ]
             if not alive or loop.time() > deadline:

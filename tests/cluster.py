@@ -3,6 +3,10 @@
 Everything talks real gRPC over loopback on ports chosen by the kernel (port 0),
 tasks are real subprocesses, and `LocalCluster` cleans up every process it
 started, including the tasks of agents that were killed with SIGKILL.
+
+`LocalCluster(..., certs=DIR)` runs it with TLS and authentication, from a
+directory `mesolite.certs.init_cluster` wrote: the master, its agents (and their
+sandbox servers) and `state()` use the bundles `master`, `agent` and `admin`.
 """
 
 from __future__ import annotations
@@ -25,10 +29,13 @@ import aiohttp
 
 from mesolite.agent import Agent, AgentConfig, Backoff
 from mesolite.agent._procs import is_alive
+from mesolite.agent.isolation import Container, IsolationConfig
 from mesolite.agent.sandbox_http import SandboxServer
 from mesolite.master.master import MasterConfig
 from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
+from mesolite.tls import TlsConfig
+from tests.support.cgroups import TEST_CGROUPS_ROOT, TEST_ISOLATION
 from tests.waiting import wait_for_condition
 
 # Agents heartbeat every 0.2 s, and a master that hears nothing from one for
@@ -57,21 +64,32 @@ class AgentProcess:
         if self.process.returncode is None:
             self.process.kill()
 
+    def checkpoints(self) -> list[dict[str, Any]]:
+        """The `task.json` of every task of this agent."""
+        records = []
+        for checkpoint in self.work_dir.glob("meta/*/*/task.json"):
+            with contextlib.suppress(OSError, ValueError):
+                records.append(json.loads(checkpoint.read_text()))
+        return records
+
     def task_pids(self) -> list[int]:
         """Task process groups still alive (checked by start time: pids get reused)."""
         pids = []
-        for checkpoint in self.work_dir.glob("sandboxes/*/*/task.json"):
-            with contextlib.suppress(OSError, ValueError):
-                record = json.loads(checkpoint.read_text())
-                pid, started = record.get("pid"), record.get("pid_start_time")
-                if isinstance(pid, int) and isinstance(started, int) and is_alive(pid, started):
-                    pids.append(pid)
+        for record in self.checkpoints():
+            pid, started = record.get("pid"), record.get("pid_start_time")
+            if isinstance(pid, int) and isinstance(started, int) and is_alive(pid, started):
+                pids.append(pid)
         return pids
 
     async def cleanup(self) -> None:
         self.kill()
         await self.process.wait()
-        # Tasks run in their own sessions and outlive a SIGKILLed agent.
+        # Tasks run in their own sessions and cgroups and outlive a SIGKILLed agent.
+        for record in self.checkpoints():
+            with contextlib.suppress(KeyError, TypeError, ValueError):
+                container = Container.from_record(record["container"])
+                await asyncio.to_thread(container.kill, None)
+                await asyncio.to_thread(container.clean_up)
         for pid in self.task_pids():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, signal.SIGKILL)
@@ -88,13 +106,35 @@ class SkippingClock:
 
 
 class LocalCluster:
-    def __init__(self, work_dir: Path, config: MasterConfig = FAST) -> None:
+    def __init__(
+        self,
+        work_dir: Path,
+        config: MasterConfig = FAST,
+        *,
+        certs: Path | None = None,
+        token_port: bool = False,
+    ) -> None:
         self.work_dir = work_dir
         if config.work_dir is None:  # the registry lives here, across master restarts
             config = replace(config, work_dir=work_dir / "master")
+        self.certs = certs
+        if certs is not None:
+            credentials = certs / "credentials"
+            config = replace(
+                config,
+                tls=self.bundle("master"),
+                credentials_file=credentials if credentials.exists() else None,
+            )
         self.config = config
         self.clock = SkippingClock()
-        self.server = MasterServer(config, host="127.0.0.1", port=0, http_port=0, clock=self.clock)
+        self.server = MasterServer(
+            config,
+            host="127.0.0.1",
+            port=0,
+            http_port=0,
+            clock=self.clock,
+            token_port=0 if token_port else None,
+        )
         self.agents: list[Agent] = []
         self.agent_processes: list[AgentProcess] = []
         self.sandbox_servers: list[SandboxServer] = []  # one per in-process agent
@@ -103,6 +143,14 @@ class LocalCluster:
     @property
     def address(self) -> str:
         return self.server.grpc_address
+
+    def bundle(self, name: str) -> TlsConfig:
+        """The TLS bundle of principal `name` (a cluster made with `certs=`)."""
+        assert self.certs is not None, "a cluster without TLS has no bundles"
+        return TlsConfig.from_dir(self.certs / name)
+
+    def _tls(self, name: str) -> TlsConfig | None:
+        return self.bundle(name) if self.certs is not None else None
 
     @property
     def master(self) -> Any:
@@ -130,10 +178,13 @@ class LocalCluster:
         if e is None:
             assert violations == [], violations
 
-    async def add_agent(self, resources: str, name: str | None = None) -> Agent:
+    async def add_agent(
+        self, resources: str, name: str | None = None, isolation: IsolationConfig = TEST_ISOLATION
+    ) -> Agent:
         """Start an agent in this process and wait until the master has registered it."""
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
-        sandboxes = SandboxServer(self.work_dir / name)  # what the web UI reads task output from
+        # What the web UI reads task output from.
+        sandboxes = SandboxServer(self.work_dir / name, tls=self._tls("agent"))
         await sandboxes.start()
         self.sandbox_servers.append(sandboxes)
         agent = Agent(
@@ -146,6 +197,8 @@ class LocalCluster:
                 kill_grace_period=1.0,
                 reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
                 status_retry=Backoff(initial=0.2, maximum=1.0),
+                isolation=isolation,
+                tls=self._tls("agent"),
             )
         )
         self.agents.append(agent)
@@ -158,7 +211,8 @@ class LocalCluster:
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
         work_dir = self.work_dir / name
         before = set(self.master.agents)
-        proc = await spawn_agent_process(self.address, work_dir, resources, name)
+        flags = ("--tls-dir", str(self.certs / "agent")) if self.certs else ()
+        proc = await spawn_agent_process(self.address, work_dir, resources, name, *flags)
         self.agent_processes.append(proc)
         await wait_for_condition(
             lambda: set(self.master.agents) - before != set(), what=f"agent {name} to register"
@@ -208,7 +262,10 @@ class LocalCluster:
 
     async def state(self) -> dict[str, Any]:
         assert self._http is not None
-        async with self._http.get(f"http://{self.server.http_address}/state") as response:
+        admin = self._tls("admin")
+        async with self._http.get(
+            f"{self.server.http_url}/state", ssl=admin.client_context() if admin else True
+        ) as response:
             response.raise_for_status()
             data: dict[str, Any] = await response.json()
             return data
@@ -236,6 +293,7 @@ class MasterProcess:
         self.http_port = free_port()
         self.process: asyncio.subprocess.Process | None = None
         self.starts = 0
+        self.banner = ""  # the first line the master printed
 
     @property
     def address(self) -> str:
@@ -266,6 +324,7 @@ class MasterProcess:
         )
         assert self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), 30)
+        self.banner = line.decode()
         if b"listening on" not in line:
             raise AssertionError(f"master did not start: {line!r}")
 
@@ -329,7 +388,7 @@ class MasterProcess:
 
 
 async def spawn_agent_process(
-    master: str, work_dir: Path, resources: str, name: str
+    master: str, work_dir: Path, resources: str, name: str, *flags: str
 ) -> AgentProcess:
     """`mesolite agent` as a subprocess (it registers on its own; callers wait for it)."""
     work_dir.mkdir(parents=True, exist_ok=True)
@@ -346,6 +405,9 @@ async def spawn_agent_process(
         str(work_dir),
         "--hostname",
         name,
+        "--cgroups-root",
+        TEST_CGROUPS_ROOT,
+        *flags,
         stdout=(work_dir / "agent.log").open("ab"),
         stderr=asyncio.subprocess.STDOUT,
     )

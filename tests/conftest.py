@@ -12,11 +12,18 @@ integration. Files may also mark tests themselves (`pytestmark`).
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.support.cgroups import (
+    DEFAULT_CGROUPS_ROOT,
+    TEST_CGROUPS_ROOT,
+    hierarchy_mounts,
+    remove_tree,
+)
 from tests.support.core import CoreHarness
 
 UNIT = {
@@ -24,6 +31,7 @@ UNIT = {
     "test_agent_updates.py",
     "test_allocator.py",
     "test_allocator_hierarchy.py",
+    "test_certs.py",
     "test_drf_reference.py",
     "test_errors.py",
     "test_fair_share.py",
@@ -34,6 +42,7 @@ UNIT = {
     "test_role_tree.py",
     "test_roles_config.py",
     "test_sdk_public_api.py",
+    "test_task_usage.py",
 }
 SLOW = {
     "test_fault_injection.py",
@@ -60,6 +69,22 @@ def core() -> Iterator[CoreHarness]:
     harness = CoreHarness()
     yield harness
     harness.assert_sound()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _test_cgroups() -> Iterator[None]:
+    """Agents in tests put their tasks' cgroups under one root per session
+    (tests/support/cgroups.py); whatever a test left there is killed and removed.
+    Agents with the default root (the demo's) remove their own directories when
+    they stop; the root itself goes too if this session made it."""
+    default_roots = [m / DEFAULT_CGROUPS_ROOT for m in hierarchy_mounts()]
+    existed = {r for r in default_roots if r.exists()}
+    yield
+    remove_tree(TEST_CGROUPS_ROOT)
+    for root in default_roots:
+        if root not in existed:
+            with contextlib.suppress(OSError):
+                root.rmdir()  # only if empty: nothing of a real agent's is touched
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -8,7 +8,14 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from mesolite.framework_sdk import ConnectionConfig, Framework, Offer, TaskState, TaskStatus
+from mesolite.framework_sdk import (
+    ConnectionConfig,
+    Framework,
+    Offer,
+    TaskState,
+    TaskStatus,
+    TlsConfig,
+)
 from tests.waiting import wait_for_condition
 
 # Reconnect fast: tests restart masters and cut connections.
@@ -23,9 +30,19 @@ class RecordingFramework(Framework):
         failover_timeout: float = 0.0,
         framework_id: str | None = None,
         id_file: Path | None = None,
+        *,
+        tls: TlsConfig | None = None,
+        token: str | None = None,
     ) -> None:
         super().__init__(
-            name, role, failover_timeout, framework_id, id_file, connection=FAST_RECONNECT
+            name,
+            role,
+            failover_timeout,
+            framework_id,
+            id_file,
+            connection=FAST_RECONNECT,
+            tls=tls,
+            token=token,
         )
         self.offers: list[tuple[float, Offer]] = []  # (monotonic time, offer)
         self.updates: list[TaskStatus] = []

@@ -20,6 +20,7 @@ from mesolite.grpc_utils import bind, create_server
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from mesolite.v1 import agent_pb2, agent_pb2_grpc
+from tests.support.cgroups import TEST_ISOLATION
 from tests.waiting import wait_for_condition, within
 
 FW = "fw-1"
@@ -199,6 +200,7 @@ def make_agent(master: FakeMaster, work_dir: Path, **overrides: Any) -> Agent:
         reconnect_backoff=Backoff(initial=0.05, maximum=0.2),
         status_retry=Backoff(initial=0.2, maximum=1.0),
         stop_timeout=2.0,
+        isolation=TEST_ISOLATION,
     )
     options.update(overrides)
     return Agent(AgentConfig(master.address, TOTAL, work_dir, **options))
@@ -222,7 +224,7 @@ def task(task_id: str, command: str, cpus: float = 0.5) -> TaskSpec:
 
 
 def task_pid(agent: Agent, task_id: str) -> int:
-    record = json.loads((agent.sandbox_path(FW, task_id) / "task.json").read_text())
+    record = json.loads((agent.records_path(FW, task_id) / "task.json").read_text())
     pid = record["pid"]
     assert isinstance(pid, int)
     return pid

@@ -389,13 +389,13 @@ async def test_the_end_is_checkpointed_only_once_it_is_durable(tmp_path: Path) -
     runner = TaskRunner(tmp_path, on_status)
     runner.launch(FW, TaskSpec("t1", "exit 2", Resources(cpus=0.5, mem=32)))
     await wait_for_condition(lambda: any(t.state.is_terminal for t in reported), what="the end")
-    sandbox = runner.sandbox_path(FW, "t1")
+    records = runner.records_path(FW, "t1")
     # Journaling is slow: meanwhile a restarted agent would find the task unfinished
     # (and then its end in the journal, or no end at all and report it itself).
-    assert checkpoint(sandbox)["state"] == "TASK_RUNNING"
+    assert checkpoint(records)["state"] == "TASK_RUNNING"
     durable.set_result(None)
     await wait_for_condition(
-        lambda: checkpoint(sandbox)["state"] == "TASK_FAILED", what="the final checkpoint"
+        lambda: checkpoint(records)["state"] == "TASK_FAILED", what="the final checkpoint"
     )
     await runner.shutdown()
 
@@ -405,14 +405,14 @@ async def test_checkpoint_records_what_recovery_needs(
 ) -> None:
     runner.launch(FW, TaskSpec("t1", "sleep 30", Resources(cpus=0.5, mem=32)))
     await recorder.wait_state("t1", TaskState.RUNNING)
-    record = checkpoint(runner.sandbox_path(FW, "t1"))
+    record = checkpoint(runner.records_path(FW, "t1"))
     assert record["pid_start_time"] == process_start_time(record["pid"])
     assert record["run_id"] == recorder.transitions[0].run_id != ""
     assert record["killing"] is False
     assert os.getpgid(record["pid"]) == record["pid"]  # the wrapper leads the task's group
     runner.kill(FW, "t1")
     await recorder.wait_final("t1")
-    assert checkpoint(runner.sandbox_path(FW, "t1"))["killing"] is True
+    assert checkpoint(runner.records_path(FW, "t1"))["killing"] is True
 
 
 # The agent: identity, journal and tasks across a restart, against a fake master.

@@ -18,6 +18,8 @@ def test_public_names_are_pinned() -> None:
         "AgentError",
         "AgentRegistrationError",
         "Backoff",
+        "IsolationConfig",
+        "IsolationMode",
         "TaskRunner",
         "TaskTransition",
         "detect_resources",

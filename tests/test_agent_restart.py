@@ -15,6 +15,7 @@ from mesolite.agent._procs import is_alive
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import AgentProcess, LocalCluster, fast
 from tests.recording import RecordingFramework, running
+from tests.support.cgroups import TEST_CGROUPS_ROOT
 from tests.waiting import wait_for_condition, within
 
 HOSTNAME = "phoenix"
@@ -38,6 +39,8 @@ async def start_agent(cluster: LocalCluster, work_dir: Path) -> AgentProcess:
             str(work_dir),
             "--hostname",
             HOSTNAME,
+            "--cgroups-root",
+            TEST_CGROUPS_ROOT,
             stdout=log_file,
             stderr=asyncio.subprocess.STDOUT,
         )
@@ -71,9 +74,13 @@ def sandbox(work_dir: Path, framework_id: str, task_id: str) -> Path:
     return work_dir / "sandboxes" / framework_id / task_id
 
 
+def records(work_dir: Path, framework_id: str, task_id: str) -> Path:
+    return work_dir / "meta" / framework_id / task_id
+
+
 def checkpoint(work_dir: Path, framework_id: str, task_id: str) -> dict[str, Any]:
     record: dict[str, Any] = json.loads(
-        (sandbox(work_dir, framework_id, task_id) / "task.json").read_text()
+        (records(work_dir, framework_id, task_id) / "task.json").read_text()
     )
     return record
 
@@ -104,7 +111,7 @@ async def test_killed_agent_comes_back_with_its_tasks_and_their_real_ends(
             await fw.wait_state("short", TaskState.RUNNING)
             assert fw.framework_id
             long_task = checkpoint(work_dir, fw.framework_id, "long")
-            short_exit = sandbox(work_dir, fw.framework_id, "short") / "exit.json"
+            short_exit = records(work_dir, fw.framework_id, "short") / "exit.json"
 
             await sigkill(first)
             assert not short_exit.exists(), "the short task must end while the agent is down"

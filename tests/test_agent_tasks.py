@@ -68,7 +68,7 @@ def task(task_id: str, command: str, **environment: str) -> TaskSpec:
 
 def checkpoint(runner: TaskRunner, task_id: str) -> dict[str, object]:
     record: dict[str, object] = json.loads(
-        (runner.sandbox_path(FW, task_id) / "task.json").read_text()
+        (runner.records_path(FW, task_id) / "task.json").read_text()
     )
     return record
 
@@ -241,15 +241,15 @@ async def test_a_task_id_can_run_again_after_it_ended(
 ) -> None:
     runner.launch(FW, task("t1", "exit 1"))
     first = await recorder.wait_final("t1")
-    sandbox = runner.sandbox_path(FW, "t1")
-    assert json.loads((sandbox / "exit.json").read_text())["exit_code"] == 1
+    records = runner.records_path(FW, "t1")
+    assert json.loads((records / "exit.json").read_text())["exit_code"] == 1
 
     runner.launch(FW, task("t1", "sleep 30"))
     await wait_for_condition(
         lambda: recorder.states("t1").count(TaskState.RUNNING) == 2, what="the second run"
     )
     # The first run's status is gone: a restarted agent must not take it for this run's.
-    assert not (sandbox / "exit.json").exists()
+    assert not (records / "exit.json").exists()
     record = checkpoint(runner, "t1")
     assert record["state"] == "TASK_RUNNING"
     assert record["run_id"] != first.run_id

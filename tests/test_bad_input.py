@@ -6,6 +6,8 @@ of this input before it left the process, and the point is what the master does.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import math
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +18,7 @@ import pytest
 
 from mesolite import grpc_utils
 from mesolite.agent import Agent
+from mesolite.master.stream_limits import GrpcStreamLimitsConfig
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, common_pb2, scheduler_pb2, scheduler_pb2_grpc
 from tests.cluster import LocalCluster, fast
 from tests.raw_client import Call, RawFramework, resources
@@ -252,3 +255,59 @@ async def test_a_framework_that_never_acknowledges_holds_nothing(tmp_path: Path)
             # The framework still sees the task's updates in order, unacknowledged.
             again = (await fw.next_event("update")).update.status
             assert (again.task_id, again.update_id) == ("quick", first.update_id)
+
+
+async def test_a_subscription_the_acls_refuse_is_permission_denied(tmp_path: Path) -> None:
+    acls = tmp_path / "acls.json"
+    rule = {"principals": {"type": "ANY"}, "roles": {"values": ["ok"]}}
+    acls.write_text(json.dumps({"register_frameworks": [rule]}))
+    async with LocalCluster(tmp_path, fast(acls_file=acls)) as cluster:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            async with RawFramework(cluster.address, role="other"):
+                pass
+        assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "may not register frameworks in role 'other'" in (refused.value.details() or "")
+        assert cluster.master.frameworks == {}
+        async with RawFramework(cluster.address, role="ok") as fw:  # still serving
+            assert fw.framework_id
+
+
+async def test_streams_that_never_subscribe_are_bounded_and_timed_out(tmp_path: Path) -> None:
+    """Idle streams once stayed forever (2,000 of them were kept). Per client, at most
+    `waiting_per_client` may wait for their first message, each at most
+    `first_message_timeout`; other clients and later streams are served."""
+    limits = GrpcStreamLimitsConfig(waiting_per_client=3, first_message_timeout=1.0)
+    async with LocalCluster(tmp_path, fast(grpc_streams=limits)) as cluster:
+        channel = grpc_utils.create_channel(cluster.address)
+        stub = scheduler_pb2_grpc.SchedulerStub(channel)
+        idle = [stub.Connect() for _ in range(4)]  # open, never write
+        try:
+            codes = await within(
+                asyncio.gather(*(call.code() for call in idle)), 20, "the idle streams to end"
+            )
+            assert sorted(c.name for c in codes) == ["DEADLINE_EXCEEDED"] * 3 + [
+                "RESOURCE_EXHAUSTED"
+            ]
+        finally:
+            for call in idle:
+                call.cancel()
+            await channel.close()
+        async with RawFramework(cluster.address) as fw:  # the next one is served
+            assert fw.framework_id
+
+
+async def test_a_message_over_4_mib_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    async with LocalCluster(tmp_path) as cluster:
+        agent = await cluster.add_agent("cpus:1;mem:1024")
+        async with RawFramework(cluster.address) as fw:
+            offer = (await fw.next_event("offers")).offers.offers[0]
+            huge = task("t", "x" * (grpc_utils.MAX_CLIENT_MESSAGE + 1), cpus=1, mem=64)
+            fw.send(accept(offer.offer_id, huge))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await fw.next_event("update", timeout=20)
+            assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        # The stream ended (and the framework, failover timeout 0, with it): no launch.
+        assert all(not f.tasks for f in cluster.master.frameworks.values())
+        assert not cluster.master.agents[agent.agent_id].tasks
+        async with RawFramework(cluster.address) as again:  # still serving
+            assert again.framework_id

@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import aiohttp
 import pytest
 
-from tests.chaos import run_chaos
+from tests.chaos import AGENTS, Chaos, run_chaos
+from tests.waiting import wait_for_condition
 
 SEEDS = int(os.environ.get("MESOLITE_FAULT_SEEDS", "3"))
 
@@ -23,3 +25,39 @@ async def test_cluster_survives_random_faults(tmp_path: Path, seed: int) -> None
     print(report.line())
     assert sum(report.faults.values()) > 0 and report.tasks > 0
     assert report.violations == []
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("master_down", [False, True], ids=["master-up", "master-down"])
+async def test_a_framework_the_last_fault_started_is_judged_live(
+    tmp_path: Path, master_down: bool
+) -> None:
+    """Seed 200: the last fault replaced beta while the master was down, and no task was
+    left running, so the judge ran at once: it took the live frameworks' ids before the
+    new generation had subscribed (its id still None), and then judged that generation,
+    listed by the master under its new id, a gone framework still listed."""
+    chaos = Chaos(tmp_path, seed=0)
+    try:
+        await chaos.master.start()
+        for i in range(AGENTS):
+            await chaos.start_agent(i)
+        for kind in ("alpha", "beta"):
+            chaos.start_framework(kind)
+        for fw in chaos.frameworks.values():
+            fw.want = 0  # no tasks: nothing to wait for once the faults are over
+        await wait_for_condition(
+            lambda: all(fw.connected for fw in chaos.frameworks.values()),
+            what="both frameworks subscribed",
+        )
+        if master_down:
+            await chaos.master.kill()
+        await chaos.crash_framework("beta")
+        chaos.start_framework("beta")  # beta-g2, a new framework: no id before it subscribes
+        if master_down:
+            await chaos.master.start()
+        await chaos.settle()
+        async with aiohttp.ClientSession() as http:
+            await chaos.judge(http)
+    finally:
+        await chaos.cleanup()
+    assert chaos.report.violations == []

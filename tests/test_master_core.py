@@ -653,3 +653,18 @@ def test_a_live_task_reported_ended_on_reconnection_is_freed_then_its_end_shown(
     assert core.updates(fw) == []
     core.update(back, fw, "t1", TaskState.FINISHED, update_id="end")
     assert [s.state for s in core.updates(fw)] == [TaskState.FINISHED]
+
+
+def test_a_torn_down_framework_is_forgotten_when_its_task_comes_back_ended(
+    core: CoreHarness,
+) -> None:
+    """Fault injection: a gone framework still listed. Its task ended while the master
+    was down; reported ended, it holds nothing, so nothing is left to wait for."""
+    fw, agent, spec = launched_and_running(core)
+    core.master.teardown(fw.framework_id)
+    new = core.restart()
+    assert fw.framework_id in new.master.frameworks  # removing: waits for t1's agent
+    new.add_agent(agent_id=agent.agent_id, running=(ended(fw, spec),))
+    assert fw.framework_id not in new.master.frameworks
+    assert new.registry.frameworks() == []
+    new.assert_sound()

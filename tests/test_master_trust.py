@@ -457,8 +457,6 @@ def test_a_terminal_latest_state_frees_the_task_before_any_acknowledgement(
     assert [u.state for u in core.updates(fw)] == [TaskState.RUNNING]  # still in order
     core.master.status_update(agent.agent_id, running, TaskState.FINISHED)  # a retry
     assert [u.state for u in core.updates(fw)] == [TaskState.RUNNING]
-    core.master.reconcile(fw.framework_id, ["t1"])
-    assert [u.state for u in core.updates(fw)] == [TaskState.FINISHED]
     # Acknowledged at last: the end itself still reaches the framework, once applied.
     core.update(agent, fw, "t1", TaskState.FINISHED, update_id="f")
     assert [u.state for u in core.updates(fw)] == [TaskState.FINISHED]
@@ -473,3 +471,36 @@ def test_without_a_terminal_latest_state_the_task_keeps_its_resources(
     _, agent, running = launched(core)
     core.master.status_update(agent.agent_id, running, TaskState.RUNNING)
     assert str(core.master.allocator.agent_allocated(agent.agent_id)) == "cpus:1;mem:128"
+
+
+def test_every_refusal_has_a_grpc_status() -> None:
+    from mesolite.master.servicers import _STATUS_OF
+
+    assert set(_STATUS_OF) == set(Refusal)
+
+
+def test_reconciliation_does_not_answer_ahead_of_updates_on_their_way(
+    core: CoreHarness,
+) -> None:
+    """Fault injection: RUNNING shown after FINISHED. The master knew of the end
+    from `latest_state`; a reconciliation answer FINISHED would come before the
+    agent's own RUNNING, still unacknowledged, then FINISHED."""
+    fw, agent, running = launched(core)
+    core.master.status_update(agent.agent_id, running, TaskState.FINISHED)
+    core.updates(fw)
+    core.master.reconcile(fw.framework_id, ["t1"])
+    assert core.updates(fw) == []  # deferred: its updates are on their way
+    core.master.status_update(agent.agent_id, running, TaskState.FINISHED)  # retried
+    core.update(agent, fw, "t1", TaskState.FINISHED, update_id="f")
+    assert [u.state for u in core.updates(fw)] == [TaskState.RUNNING, TaskState.FINISHED]
+    core.master.reconcile(fw.framework_id, ["t1"])  # delivered now: answered
+    assert [u.state for u in core.updates(fw)] == [TaskState.FINISHED]
+
+
+def test_an_end_whose_agent_is_removed_is_told_by_the_master(core: CoreHarness) -> None:
+    fw, agent, running = launched(core)
+    core.master.status_update(agent.agent_id, running, TaskState.FINISHED)
+    core.updates(fw)
+    core.master.remove_agent(agent.agent_id, "test")
+    [end] = [u for u in core.updates(fw) if u.task_id == "t1"]
+    assert (end.state, end.source) == (TaskState.FINISHED, StatusSource.MASTER)

@@ -7,12 +7,15 @@ from pathlib import Path
 import pytest
 
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
-from mesolite.master.metrics import RESCIND_REASONS, MasterMetrics
+from mesolite.master.metrics import LABELS, RESCIND_REASONS, MasterMetrics
+from mesolite.resources import EMPTY
+from mesolite.snapshot import ClusterTotals
 from mesolite.v1.common_pb2 import TaskInfo
 from tests.cluster import LocalCluster, fast
 from tests.raw_client import Call, RawFramework, resources
 from tests.recording import RecordingFramework, running
 from tests.scraping import STANDARD_PREFIXES, scrape, total, value
+from tests.support.snapshots import empty_snapshot, framework_snapshot
 from tests.waiting import wait_for_condition
 
 
@@ -44,6 +47,9 @@ async def test_metrics_follow_a_framework_that_runs_a_task(tmp_path: Path) -> No
         assert fw.framework_id is not None
         names = {n for n in samples if not n.startswith(STANDARD_PREFIXES)}
         assert all(n.startswith("mesolite_") for n in names), names
+        # Labels are ids and enums only (metrics.LABELS): no free text such as a name.
+        used = {label for n in names for labels, _ in samples[n] for label in labels}
+        assert used <= LABELS | {"le"}, used - LABELS
 
         # Events.
         sent = value(samples, "mesolite_offers_sent_total")
@@ -66,7 +72,7 @@ async def test_metrics_follow_a_framework_that_runs_a_task(tmp_path: Path) -> No
         # State, read at scrape time.
         assert value(samples, "mesolite_tasks", state="TASK_RUNNING") == 1
         assert value(samples, "mesolite_tasks", state="TASK_STAGING") == 0
-        ours = {"framework_id": fw.framework_id, "name": "metered", "role": "*"}
+        ours = {"framework_id": fw.framework_id, "role": "*"}
         # 1 of the cluster's 3 CPUs (the stopped agent counts until it times out).
         assert value(samples, "mesolite_framework_dominant_share", **ours) == pytest.approx(1 / 3)
         assert value(samples, "mesolite_framework_weighted_share", **ours) == pytest.approx(1 / 3)
@@ -121,3 +127,16 @@ def test_every_master_has_its_own_registry() -> None:
     rescinded = "mesolite_offers_rescinded_total"
     for reason in RESCIND_REASONS:  # every reason is exported from the start
         assert second.registry.get_sample_value(rescinded, {"reason": reason}) == 0
+
+
+def test_a_framework_name_is_no_label() -> None:
+    # A 30 MB name was once a label of three series: 90 MB of /metrics.
+    name = "n" * 1_000_000
+    snapshot = empty_snapshot(
+        frameworks=(framework_snapshot(id="m1-F0001", name=name),),
+        cluster=ClusterTotals(EMPTY, EMPTY, EMPTY, 0, 1, 0, 0),
+    )
+    text = MasterMetrics().exposition(snapshot)
+    assert b"nnnnnnnnnn" not in text
+    assert len(text) < 64 * 1024
+    assert b'mesolite_framework_tasks{framework_id="m1-F0001",role="*"} 0.0' in text

@@ -163,7 +163,7 @@ async def test_state_metrics_and_snapshot_agree(tmp_path: Path) -> None:
     assert shown.frameworks == snapshot.frameworks
     assert [a.health for a in shown.agents] == [AgentHealth.HEALTHY, AgentHealth.DISCONNECTED]
     assert shown.cluster == snapshot.cluster
-    labels = {"framework_id": f.id, "name": "trainer", "role": "eng"}
+    labels = {"framework_id": f.id, "role": "eng"}
     assert value(samples, "mesolite_framework_dominant_share", **labels) == f.dominant_share
     weighted = value(samples, "mesolite_framework_weighted_share", **labels)
     assert weighted == f.weighted_dominant_share

@@ -30,6 +30,7 @@ def test_the_public_names_are_pinned() -> None:
         "TaskSpec",
         "TaskState",
         "TaskStatus",
+        "TlsConfig",
         "new_task_id",
     ]
     for name in framework_sdk.__all__:

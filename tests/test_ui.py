@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 import json
 import os
@@ -16,7 +15,6 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from yarl import URL
 
@@ -24,9 +22,10 @@ from mesolite.agent.sandbox_http import SandboxServer, create_sandbox_app
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from mesolite.master.master import MasterConfig
 from mesolite.master.server import MasterServer
-from mesolite.master.ui_routes import StateBroadcaster, broadcaster
+from mesolite.master.ui_routes import StateBroadcaster, StreamLimits, broadcaster
 from mesolite.sandbox_protocol import DEFAULT_LENGTH, OFFSET_HEADER, SIZE_HEADER
 from tests.cluster import LocalCluster
+from tests.event_streams import events_app
 from tests.recording import RecordingFramework, running
 from tests.support.snapshots import empty_snapshot
 from tests.waiting import wait_for_condition, within
@@ -144,22 +143,6 @@ async def test_master_stops_promptly_with_event_streams_open(tmp_path: Path) -> 
             await server.stop()
 
 
-@contextlib.asynccontextmanager
-async def _events_app(hub: StateBroadcaster) -> AsyncIterator[TestClient[Any, Any]]:
-    """`hub.stream` served at /events, with `hub.run()` in the background."""
-    app = web.Application()
-    app.router.add_get("/events", hub.stream)
-    runner = asyncio.create_task(hub.run())
-    try:
-        async with TestClient(TestServer(app)) as client:
-            yield client
-    finally:
-        hub.close()
-        runner.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await runner
-
-
 async def test_events_of_an_ever_changing_state_come_once_per_interval() -> None:
     # Every render differs (n counts them) and records when it was made, on the
     # loop's clock. The stream's first event is rendered when it connects; after
@@ -172,12 +155,12 @@ async def test_events_of_an_ever_changing_state_come_once_per_interval() -> None
     hub = StateBroadcaster(
         lambda: empty_snapshot(master_id=f"m{next(calls)}", time=loop.time()),
         interval=interval,
-        max_clients=1,
+        limits=StreamLimits(total=1),
     )
-    async with _events_app(hub) as client:
+    async with events_app(hub) as client:
         response = await client.get("/events")
         assert response.status == 200
-        assert (await client.get("/events")).status == 503  # max_clients
+        assert (await client.get("/events")).status == 503  # limits.total
         received: list[dict[str, Any]] = []
         stream = _events(response)
         while len(received) < 6:
@@ -196,7 +179,7 @@ async def test_an_unchanging_state_is_sent_once_then_heartbeats() -> None:
     clock = itertools.count()
     # Only the clock changes: no new event.
     hub = StateBroadcaster(lambda: empty_snapshot(time=float(next(clock))), heartbeat=0.3)
-    async with _events_app(hub) as client:
+    async with events_app(hub) as client:
         response = await client.get("/events")
         lines: list[bytes] = []
         while lines.count(b": keepalive\n") < 2:

@@ -243,24 +243,43 @@
     }), 'No frameworks are subscribed.');
   }
 
+  // Allocated as the bar; what its tasks use, as the agent measures it, as the marker.
   function agentMeter(a, name) {
     const total = a.total[name] || 0;
     const used = a.allocated[name] || 0;
     if (!total) return '—';
-    return meter(used / total, `${fmtAmount(name, used)} / ${fmtAmount(name, total)}`);
+    const usage = a.usage && name in a.usage ? a.usage[name] : null;
+    const label = `${fmtAmount(name, used)} / ${fmtAmount(name, total)}` +
+      (usage === null ? '' : ` · using ${fmtAmount(name, usage)}`);
+    return meter(used / total, label, usage === null ? undefined : usage / total);
+  }
+
+  // A running task's use beside what it was given; '—' where it is not measured.
+  function taskUsage(t) {
+    const u = t.usage;
+    if (!u) return el('span', { title: 'not measured: its agent has no cgroups' }, '—');
+    const cpus = `CPU ${trim(u.cpus_used)} / ${trim(t.resources.cpus || 0)}`;
+    const mem = `mem ${fmtMB(u.mem_used_mb)} / ${fmtMB(t.resources.mem || 0)}`;
+    const title = `peak ${fmtMB(u.mem_peak_mb)}, ${trim(u.cpu_seconds)} CPU seconds, ` +
+      `${u.processes} processes and threads`;
+    return el('span', { title }, `${cpus} · ${mem}`);
   }
 
   function renderAgents() {
     const list = [...state.agents].sort((a, b) => a.hostname.localeCompare(b.hostname));
     $('agents-count').textContent = list.length ? `${list.length}` : '';
     fillTable('agents', list.map((a) => row(
-      [a.id, a.hostname, a.address, a.total, a.allocated, a.running_tasks, a.connected, a.healthy],
+      [a.id, a.hostname, a.address, a.total, a.allocated, a.usage, a.isolation, a.running_tasks,
+        a.connected, a.healthy],
       () => {
         let status = null;
         if (!a.connected) status = badge('disconnected', 'bad');
         else if (!a.healthy) status = badge('unhealthy', 'warn');
+        else if (a.isolation === 'process-tree') status = badge('no cgroups', 'warn');
+        const title = `${a.id}; tasks contained by ${a.isolation || 'unknown'}` +
+          (a.task_user ? `, run as ${a.task_user}` : '');
         return el('tr', { data: { agentId: a.id } },
-          el('td', { title: a.id }, idLine(a.hostname, a.address || 'no sandbox address', status)),
+          el('td', { title }, idLine(a.hostname, a.address || 'no sandbox address', status)),
           el('td', {}, agentMeter(a, 'cpus')),
           el('td', {}, agentMeter(a, 'mem')),
           el('td', { class: 'res' }, fmtRes(a.free)),
@@ -322,12 +341,13 @@
       el('td', {}, agent),
       el('td', { class: 'task-state' }, stateBadge(t.state)),
       el('td', { class: 'res' }, fmtRes(t.resources)),
+      el('td', { class: 'res usage' }, taskUsage(t)),
       el('td', {}, logButtons(t))));
     });
     const more = state.tasks.length - list.length;
     if (more > 0) {
       rows.push(row(['more', more], () => el('tr', { class: 'empty' },
-        el('td', { colspan: 6 }, `… and ${more} more`))));
+        el('td', { colspan: 7 }, `… and ${more} more`))));
     }
     fillTable('tasks', rows, 'No tasks are running.');
   }
@@ -348,7 +368,7 @@
           el('td', {}, framework),
           el('td', {}, agent),
           el('td', { class: 'task-state' }, stateBadge(t.state)),
-          el('td', { class: 'message' }, how || '—'),
+          el('td', { class: 'message', title: t.reason || '' }, how || '—'),
           el('td', {}, fmtClock(t.ended_at)),
           el('td', {}, logButtons(t)));
       });

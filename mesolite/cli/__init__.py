@@ -4,6 +4,7 @@
     _args.py    the subcommands and their options
     _main.py    `main`, and running a master, an agent, the demo, an experiment
     _views.py   the view commands: fetch /state, print a view, --watch
+    _certs.py   `mesolite certs init|issue|token`: a cluster's certificates
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from mesolite import tls_options
+from mesolite.agent.isolation import MODES as ISOLATION_MODES
+from mesolite.agent.isolation import IsolationConfig
+from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
 from mesolite.master.policies import POLICIES
@@ -13,10 +17,74 @@ from mesolite.resources import InvalidResources, Resources
 from mesolite.views import VIEWS
 
 MASTER = MasterConfig()
+ISOLATION = IsolationConfig()
 _DESCRIPTION = (
     "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
-    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py)."
+    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py); make a\n"
+    "cluster's certificates (`mesolite certs init DIR`)."
 )
+
+
+def _add_isolation_options(a: argparse.ArgumentParser) -> None:
+    """How the agent contains its tasks (agent/isolation.py; README: Isolation)."""
+    g = a.add_argument_group("isolation")
+    g.add_argument(
+        "--isolation",
+        choices=ISOLATION_MODES,
+        default=ISOLATION.mode,
+        help="auto: a cgroup per task where the agent can create them, else the "
+        "process-tree fallback (rlimits, kill by process tree), logged at start; "
+        "cgroups: refuse to start without them; process-tree: the fallback",
+    )
+    g.add_argument(
+        "--cgroups-root",
+        default=ISOLATION.cgroups_root,
+        metavar="NAME",
+        help="the directory under each cgroup hierarchy for tasks' cgroups",
+    )
+    g.add_argument(
+        "--cpu-hard-limit",
+        action="store_true",
+        help="hold each task to its cpus with a CFS quota, not only shares under "
+        "contention (Mesos' --cgroups_enable_cfs)",
+    )
+    g.add_argument(
+        "--pids-limit",
+        type=int,
+        default=ISOLATION.pids_limit,
+        metavar="N",
+        help="processes and threads per task (0: no limit)",
+    )
+    g.add_argument(
+        "--task-user",
+        default=ISOLATION.task_user,
+        metavar="USER",
+        help="who runs tasks when the agent runs as root (Mesos' --switch_user)",
+    )
+    g.add_argument(
+        "--no-switch-user",
+        action="store_true",
+        help="run tasks as the agent's own user, root included",
+    )
+    g.add_argument(
+        "--pass-env",
+        type=lambda text: tuple(filter(None, (n.strip() for n in text.split(",")))),
+        default=ISOLATION.pass_env,
+        metavar="NAME,...",
+        help="the agent's environment variables tasks get besides PATH, LANG, LC_*, TZ",
+    )
+
+
+def isolation_config(args: argparse.Namespace) -> IsolationConfig:
+    """The agent's `IsolationConfig` from its isolation options."""
+    return IsolationConfig(
+        mode=args.isolation,
+        cgroups_root=args.cgroups_root,
+        cpu_hard_limit=args.cpu_hard_limit,
+        pids_limit=args.pids_limit or None,
+        task_user=None if args.no_switch_user else args.task_user,
+        pass_env=args.pass_env,
+    )
 
 
 def _parse_weights(text: str) -> dict[str, float]:
@@ -71,6 +139,14 @@ def _positive(text: str) -> float:
     if not 0 < value < float("inf"):
         raise argparse.ArgumentTypeError(f"must be a positive number, got {text!r}")
     return value
+
+
+def _parse_hosts(text: str) -> tuple[str, ...]:
+    hosts = tuple(h.strip() for h in text.split(",") if h.strip())
+    bad = [h for h in hosts if h != "*" and normal_host(h) is None]
+    if bad:
+        raise argparse.ArgumentTypeError(f"not a host name: {bad[0]!r}")
+    return hosts
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -134,11 +210,34 @@ def build_parser() -> argparse.ArgumentParser:
         "register agents, view state, read sandboxes; reloaded on SIGHUP",
     )
     m.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the HTTP server answers besides --host, localhost and this "
+        "machine's name (a defence against DNS rebinding); '*' for any",
+    )
+    m.add_argument(
+        "--event-streams",
+        type=int,
+        default=MASTER.event_streams,
+        metavar="N",
+        help="web UI event streams served at once (then 503)",
+    )
+    m.add_argument(
+        "--event-streams-per-client",
+        type=int,
+        default=MASTER.event_streams_per_client,
+        metavar="N",
+        help="event streams one client (principal, else IP address) may hold (then 429)",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
         help="how shares are measured: dominant share, asset sum, or slots",
     )
+    _add_master_security(m)
 
     a = sub.add_parser("agent", help="run an agent")
     a.add_argument("--master", required=True, metavar="HOST:PORT")
@@ -160,6 +259,27 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: the address this machine reaches the master from)",
     )
     a.add_argument("--http-port", type=int, default=0, help="sandbox HTTP port (0: any free port)")
+    a.add_argument(
+        "--http-allowed-hosts",
+        type=_parse_hosts,
+        default=(),
+        metavar="NAME,...",
+        help="host names the sandbox server answers besides the address it listens on, "
+        "localhost and this machine's name; '*' for any",
+    )
+    _add_isolation_options(a)
+    tls_options.add_client_options(a)
+    a.add_argument(
+        "--master-principal",
+        default="master",
+        metavar="NAME",
+        help="with TLS, the only principal the sandbox server answers (the master's CN)",
+    )
+    a.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow serving sandboxes on a non-loopback address without TLS",
+    )
 
     d = sub.add_parser(
         "demo",
@@ -194,6 +314,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument(
         "--http-port", type=int, default=5051, help="the web UI's port (taken: any free port)"
     )
+
+    _add_certs(sub)
 
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)
@@ -247,4 +369,94 @@ def build_parser() -> argparse.ArgumentParser:
             metavar="SECONDS",
             help="show it again every SECONDS (default 2) until Ctrl-C",
         )
+        tls_options.add_client_options(s)
     return parser
+
+
+def _add_master_security(m: argparse.ArgumentParser) -> None:
+    t = m.add_argument_group(
+        "TLS and authentication",
+        "With TLS both ports are encrypted and every call must come from a principal: a "
+        "client certificate from the CA (its CN), or a bearer token from --credentials.",
+    )
+    tls_options.add_file_options(
+        t, "the master's bundle from `mesolite certs init` (ca.crt, tls.crt, tls.key)"
+    )
+    t.add_argument(
+        "--credentials",
+        type=Path,
+        metavar="FILE",
+        help="bearer tokens (principal and sha256 per line; certs init --token writes it); "
+        "reloaded on SIGHUP",
+    )
+    t.add_argument(
+        "--token-port",
+        type=int,
+        default=None,
+        metavar="PORT",
+        help="a second gRPC port for bearer-token clients (0: any free port); the main port "
+        "requires certificates",
+    )
+    t.add_argument(
+        "--insecure",
+        action="store_true",
+        help="allow a non-loopback --host without TLS (anyone who reaches it can act as anyone)",
+    )
+
+
+def _add_certs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    c = sub.add_parser("certs", help="make a CA and certificates for a cluster")
+    cs = c.add_subparsers(dest="certs", required=True)
+    ci = cs.add_parser(
+        "init",
+        help="a new CA and bundles for the master, an agent, frameworks and users",
+        description="Writes DIR/ca.crt and DIR/ca.key (keep it safe) and one bundle per "
+        "principal, DIR/<name>/{ca.crt,tls.crt,tls.key}, for --tls-dir. A principal is its "
+        "certificate's CN. Keys are 0600.",
+    )
+    ci.add_argument("dir", type=Path, metavar="DIR")
+    ci.add_argument(
+        "--principal",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="a framework or CLI user to make a certificate for (repeatable; "
+        "default: framework and admin)",
+    )
+    ci.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the master (besides localhost, 127.0.0.1, ::1)",
+    )
+    ci.add_argument(
+        "--agent-host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="another name or address of the agent's sandbox server",
+    )
+    ci.add_argument(
+        "--token",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a principal with a bearer token instead of a certificate (repeatable): "
+        "DIR/NAME/token, and its hash in DIR/credentials for the master's --credentials",
+    )
+    ci.add_argument("--days", type=int, default=365, help="how long the certificates are valid")
+    cn = cs.add_parser("issue", help="one more certificate from the CA in DIR")
+    cn.add_argument("dir", type=Path, metavar="DIR")
+    cn.add_argument("name", metavar="NAME")
+    cn.add_argument(
+        "--host",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="make it a server certificate for this name (an agent on another machine)",
+    )
+    cn.add_argument("--days", type=int, default=365)
+    ct = cs.add_parser("token", help="a bearer token for NAME, added to DIR/credentials")
+    ct.add_argument("dir", type=Path, metavar="DIR")
+    ct.add_argument("name", metavar="NAME")

@@ -1,5 +1,5 @@
 """`mesolite master|agent|demo|experiment`: run one, until Ctrl-C or SIGTERM; the view
-commands are `mesolite/cli/_views.py`'s."""
+commands are `mesolite/cli/_views.py`'s, `mesolite certs` is `mesolite/cli/_certs.py`'s."""
 
 from __future__ import annotations
 
@@ -8,18 +8,28 @@ import asyncio
 import signal
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
-from mesolite import logs
-from mesolite.cli._args import build_parser
+from mesolite import logs, tls_options
+from mesolite.cli._args import build_parser, isolation_config
+from mesolite.cli._certs import run_certs
 from mesolite.cli._views import show
+from mesolite.errors import MesoliteError
 from mesolite.resources import Resources
+from mesolite.tls import TlsConfig, TlsError
 from mesolite.views import VIEWS
+
+if TYPE_CHECKING:
+    from mesolite.master.server import MasterServer
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return show(args)
+    if args.command == "certs":
+        return run_certs(args)
     if args.command != "demo":  # the demo logs to files under its work dir
         logs.configure(json=args.log_json, level=args.log_level)
     runners = {
@@ -49,6 +59,11 @@ async def _run_master(args: argparse.Namespace) -> int:
     from mesolite.master.role_config import RolesConfigError
     from mesolite.master.server import MasterServer
 
+    try:
+        tls = _master_tls(args)
+    except TlsError as e:
+        print(f"mesolite master: {e}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     config = MasterConfig(
         allocation_interval=args.allocation_interval,
@@ -61,11 +76,17 @@ async def _run_master(args: argparse.Namespace) -> int:
         work_dir=args.work_dir,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
+        http_allowed_hosts=args.http_allowed_hosts,
+        event_streams=args.event_streams,
+        event_streams_per_client=args.event_streams_per_client,
+        tls=tls,
+        credentials_file=args.credentials,
+        insecure=args.insecure,
     )
-    server = MasterServer(config, args.host, args.port, args.http_port)
+    server = MasterServer(config, args.host, args.port, args.http_port, token_port=args.token_port)
     try:
         await server.start()
-    except (RolesConfigError, AclError, RegistryError, OSError) as e:
+    except (RolesConfigError, AclError, RegistryError, MesoliteError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         await server.stop()
         return 2
@@ -75,31 +96,65 @@ async def _run_master(args: argparse.Namespace) -> int:
         def reload() -> None:
             master.reload_roles()
             master.reload_acls()
+            server.authn.reload()
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
     try:
-        print(
-            f"mesolite master {server.master.master_id if server.master else ''} "
-            f"is listening on {server.grpc_address} (HTTP {server.http_address})\n"
-            f"  join an agent:       mesolite agent --master {server.grpc_address} "
-            '--resources "cpus:4;mem:8192" --work-dir work-dirs/agent1\n'
-            f"  run a framework:     python examples/batch_framework.py --master "
-            f"{server.grpc_address} --name batch --cpus 1 --mem 512 --duration 5 --tasks 10\n"
-            f"  look at the cluster: mesolite state --master {server.http_address}\n"
-            f"  web UI:              http://{server.http_address}/",
-            flush=True,
-        )
+        print(_next_steps(server, args.tls_dir), flush=True)
         await _until_signalled()
     finally:
         await server.stop()
     return 0
 
 
+def _master_tls(args: argparse.Namespace) -> TlsConfig | None:
+    """From the flags only: a shell's MESOLITE_TLS_DIR is a client's bundle."""
+    tls = tls_options.tls_config(args)
+    if tls is not None and not tls.has_certificate:
+        raise TlsError("the master needs its certificate and key (tls.crt, tls.key)")
+    return tls
+
+
+def _next_steps(server: MasterServer, tls_dir: Path | None) -> str:
+    """What to type next: the commands to join an agent, run a framework and look."""
+    grpc, http = server.grpc_address, server.http_address
+    agent_tls = framework_tls = admin_tls = ""
+    if tls_dir is not None:
+        # Bundles made by `certs init` sit beside the master's.
+        agent_tls = f" --tls-dir {tls_dir.parent / 'agent'}"
+        framework_tls = f" --tls-dir {tls_dir.parent / 'framework'}"
+        admin_tls = f" --tls-dir {tls_dir.parent / 'admin'}"
+    elif server.config.tls is not None:
+        agent_tls = framework_tls = admin_tls = " --tls-dir DIR"
+    master_id = server.master.master_id if server.master else ""
+    if server.config.tls is None:
+        security = "INSECURE: " if server.config.insecure else ""
+        security += "no TLS, no authentication"
+    else:
+        security = "TLS, every call authenticated"
+        if server.token_port:
+            security += f"; bearer tokens on gRPC port {server.token_port}"
+    return (
+        f"mesolite master {master_id} is listening on {grpc} (HTTP {http}); {security}\n"
+        f"  join an agent:       mesolite agent --master {grpc}{agent_tls} "
+        '--resources "cpus:4;mem:8192" --work-dir work-dirs/agent1\n'
+        f"  run a framework:     python examples/batch_framework.py --master "
+        f"{grpc}{framework_tls} --name batch --cpus 1 --mem 512 --duration 5 --tasks 10\n"
+        f"  look at the cluster: mesolite state --master {http}{admin_tls}\n"
+        f"  web UI:              {server.http_url}/"
+    )
+
+
 async def _run_agent(args: argparse.Namespace) -> int:
-    from mesolite.agent import Agent, AgentConfig
+    from mesolite.agent import Agent, AgentConfig, AgentError
     from mesolite.agent.resources import detect_resources
     from mesolite.agent.sandbox_http import SandboxServer, host_towards
 
+    try:
+        auth = tls_options.client_auth(args)
+    except TlsError as e:
+        print(f"mesolite agent: {e}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     given: Resources
     named: set[str]
@@ -111,25 +166,49 @@ async def _run_agent(args: argparse.Namespace) -> int:
     towards_master = await asyncio.to_thread(host_towards, args.master)
     host = args.http_host or towards_master
     wildcard = host in ("0.0.0.0", "::")
-    sandboxes = SandboxServer(
-        args.work_dir, host, args.http_port, advertise_host=towards_master if wildcard else None
-    )
+    if auth.tls is not None and not auth.tls.has_certificate:
+        # HTTPS needs a certificate: an agent with only a token serves no sandboxes.
+        print(
+            "mesolite agent: no certificate in the TLS bundle: task sandboxes are not served",
+            file=sys.stderr,
+        )
+        sandboxes = None
+    else:
+        sandboxes = SandboxServer(
+            args.work_dir,
+            host,
+            args.http_port,
+            advertise_host=towards_master if wildcard else None,
+            tls=auth.tls,
+            allowed_hosts=args.http_allowed_hosts,
+            readers=(args.master_principal,),
+            insecure=args.insecure,
+        )
+        try:
+            await sandboxes.start()
+        except (OSError, MesoliteError) as e:
+            print(f"mesolite agent: cannot serve task sandboxes on {host}: {e}", file=sys.stderr)
+            return 2
     try:
-        await sandboxes.start()
-    except OSError as e:
-        print(f"mesolite agent: cannot serve task sandboxes on {host}: {e}", file=sys.stderr)
-        return 2
-    try:
-        agent = Agent(
+        agent = Agent(  # decides how to contain tasks: AgentError if it cannot as asked
             AgentConfig(
                 args.master,
                 resources,
                 args.work_dir,
-                address=sandboxes.address,
+                address=sandboxes.address if sandboxes else "",
                 attributes=args.attributes,
+                isolation=isolation_config(args),
+                tls=auth.tls,
+                token=auth.token,
                 **({"hostname": args.hostname} if args.hostname else {}),
             )
         )
+    except AgentError as e:
+        if sandboxes is not None:
+            await sandboxes.stop()
+        print(f"mesolite agent: {e}", file=sys.stderr)
+        return 2
+    try:
         runner = asyncio.create_task(agent.run())
         signalled = asyncio.create_task(_until_signalled())
         done, _ = await asyncio.wait({runner, signalled}, return_when=asyncio.FIRST_COMPLETED)
@@ -141,7 +220,8 @@ async def _run_agent(args: argparse.Namespace) -> int:
             signalled.cancel()
         await runner  # re-raises a registration error
     finally:
-        await sandboxes.stop()
+        if sandboxes is not None:
+            await sandboxes.stop()
     return 0
 
 

@@ -7,6 +7,7 @@ import argparse
 import json
 import os
 import signal
+import ssl
 import sys
 import time
 import urllib.error
@@ -17,8 +18,11 @@ from rich.live import Live
 from rich.spinner import Spinner
 from rich.text import Text
 
+from mesolite import tls_options
 from mesolite.errors import MesoliteError
 from mesolite.snapshot import ClusterSnapshot, DocumentError
+from mesolite.tls import TlsError
+from mesolite.tls_options import PLAINTEXT, ClientAuth
 from mesolite.views import VIEWS, View
 
 # Output width when piped: wide enough that table rows are never wrapped.
@@ -29,21 +33,35 @@ class MasterUnreachable(MesoliteError):
     """The master's `GET /state` could not be read; the message says why and what to do."""
 
 
-def _fetch_state(address: str) -> ClusterSnapshot:
-    url = address if address.startswith(("http://", "https://")) else f"http://{address}"
+def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
+    scheme = "https" if auth.tls else "http"
+    url = address if address.startswith(("http://", "https://")) else f"{scheme}://{address}"
     not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
+    context: ssl.SSLContext | None = None
+    request = urllib.request.Request(f"{url}/state")
+    if auth.tls is not None:
+        context = auth.tls.client_context()
+    if auth.token is not None:
+        request.add_header("Authorization", f"Bearer {auth.token}")
     try:
-        with urllib.request.urlopen(f"{url}/state", timeout=10) as response:
+        with urllib.request.urlopen(request, timeout=10, context=context) as response:
             data = json.load(response)
     except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise MasterUnreachable(
+                f"{url}/state answered 401: the master wants a principal. Give --tls-dir "
+                "(a bundle from `mesolite certs init`), or a token with --token-file"
+            ) from None
         raise MasterUnreachable(
             f"{url}/state answered {e.code} {e.reason}: {not_a_master}"
         ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        tls_hint = "" if auth.tls else " If it uses TLS, give --tls-dir (or MESOLITE_TLS_DIR)."
         raise MasterUnreachable(
             f"cannot reach the master at {address}: {reason}. Is it running? "
             "Start one with `mesolite master`, or give its address with --master HOST:HTTP_PORT."
+            + tls_hint
         ) from None
     except ValueError:  # not JSON, or not UTF-8
         raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
@@ -66,11 +84,16 @@ def _console() -> Console:
 def show(args: argparse.Namespace) -> int:
     """`mesolite state|agents|frameworks|roles|tasks`: fetch /state and print one view."""
     view = VIEWS[args.command]
+    try:
+        args.auth = tls_options.client_auth(args)
+    except TlsError as e:
+        print(f"mesolite {args.command}: {e}", file=sys.stderr)
+        return 2
     if args.watch is not None:
         return _watch(view, args)
     try:
         with Console(stderr=True).status(f"reading the state of {args.master}"):
-            state = _fetch_state(args.master)
+            state = _fetch_state(args.master, args.auth)
     except MasterUnreachable as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
@@ -101,7 +124,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
 
     def frame() -> RenderableType:
         try:
-            state = _fetch_state(args.master)
+            state = _fetch_state(args.master, args.auth)
         except MasterUnreachable as e:
             return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
         footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
@@ -111,7 +134,8 @@ def _watch(view: View, args: argparse.Namespace) -> int:
         if args.json:
             while True:
                 try:
-                    print(json.dumps(view.json_of(_fetch_state(args.master))), flush=True)
+                    state = _fetch_state(args.master, args.auth)
+                    print(json.dumps(view.json_of(state)), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
                 time.sleep(every)

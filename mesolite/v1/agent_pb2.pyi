@@ -51,6 +51,52 @@ class RunningTask(_message.Message):
 Global___RunningTask: _TypeAlias = RunningTask  # noqa: Y015
 
 @_typing.final
+class TaskUsage(_message.Message):
+    """One running task's use of what it was given, from its cgroup (Mesos'
+    ResourceStatistics, /monitor/statistics).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    CPUS_USED_FIELD_NUMBER: _builtins.int
+    CPU_SECONDS_FIELD_NUMBER: _builtins.int
+    MEM_USED_MB_FIELD_NUMBER: _builtins.int
+    MEM_PEAK_MB_FIELD_NUMBER: _builtins.int
+    PROCESSES_FIELD_NUMBER: _builtins.int
+    framework_id: _builtins.str
+    task_id: _builtins.str
+    cpus_used: _builtins.float
+    """CPU seconds per second since the previous sample"""
+    cpu_seconds: _builtins.float
+    """CPU time used since it started"""
+    mem_used_mb: _builtins.float
+    """memory charged to it now (what its limit counts)"""
+    mem_peak_mb: _builtins.float
+    """the most ever charged"""
+    processes: _builtins.int
+    """its processes and threads"""
+    def __init__(
+        self,
+        *,
+        framework_id: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+        cpus_used: _builtins.float = ...,
+        cpu_seconds: _builtins.float = ...,
+        mem_used_mb: _builtins.float = ...,
+        mem_peak_mb: _builtins.float = ...,
+        processes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_seconds", b"cpu_seconds", "cpus_used", b"cpus_used", "framework_id", b"framework_id", "mem_peak_mb", b"mem_peak_mb", "mem_used_mb", b"mem_used_mb", "processes", b"processes", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskUsage: _TypeAlias = TaskUsage  # noqa: Y015
+
+@_typing.final
 class AgentCall(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -84,11 +130,18 @@ class AgentCall(_message.Message):
         TOTAL_FIELD_NUMBER: _builtins.int
         ATTRIBUTES_FIELD_NUMBER: _builtins.int
         TASKS_FIELD_NUMBER: _builtins.int
+        ISOLATION_FIELD_NUMBER: _builtins.int
+        TASK_USER_FIELD_NUMBER: _builtins.int
         agent_id: _builtins.str
         """empty for a new agent"""
         hostname: _builtins.str
         address: _builtins.str
         """where the agent serves its sandboxes"""
+        isolation: _builtins.str
+        """How it contains tasks: "cgroups-v2", "cgroups-v1" or "process-tree" (the
+        fallback: rlimits and a process-tree kill); and the user tasks run as.
+        """
+        task_user: _builtins.str
         @_builtins.property
         def total(self) -> _common_pb2.Resources: ...
         @_builtins.property
@@ -106,23 +159,32 @@ class AgentCall(_message.Message):
             total: _common_pb2.Resources | None = ...,
             attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
             tasks: _abc.Iterable[Global___RunningTask] | None = ...,
+            isolation: _builtins.str = ...,
+            task_user: _builtins.str = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "attributes", b"attributes", "hostname", b"hostname", "tasks", b"tasks", "total", b"total"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "attributes", b"attributes", "hostname", b"hostname", "isolation", b"isolation", "task_user", b"task_user", "tasks", b"tasks", "total", b"total"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     @_typing.final
     class Heartbeat(_message.Message):
+        """With what the running tasks use, measured by the agent (cgroups only)."""
+
         DESCRIPTOR: _descriptor.Descriptor
 
+        USAGE_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def usage(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskUsage]: ...
         def __init__(
             self,
+            *,
+            usage: _abc.Iterable[Global___TaskUsage] | None = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["usage", b"usage"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

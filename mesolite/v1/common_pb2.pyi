@@ -198,6 +198,29 @@ class TaskStatus(_message.Message):
     SOURCE_MASTER: TaskStatus.Source.ValueType  # 1
     SOURCE_AGENT: TaskStatus.Source.ValueType  # 2
 
+    class _Reason:
+        ValueType = _typing.NewType("ValueType", _builtins.int)
+        V: _TypeAlias = ValueType  # noqa: Y015
+
+    class _ReasonEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[TaskStatus._Reason.ValueType], _builtins.type):
+        DESCRIPTOR: _descriptor.EnumDescriptor
+        REASON_UNSPECIFIED: TaskStatus._Reason.ValueType  # 0
+        REASON_CONTAINER_LIMITATION: TaskStatus._Reason.ValueType  # 1
+        """a limit other than memory (e.g. pids)"""
+        REASON_CONTAINER_LIMITATION_MEMORY: TaskStatus._Reason.ValueType  # 2
+        """its memory limit: the kernel killed it"""
+
+    class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
+        """Why the task ended as it did, where a cause is known beyond its state
+        (Mesos' TaskStatus.Reason): a limit of its container killed it.
+        """
+
+    REASON_UNSPECIFIED: TaskStatus.Reason.ValueType  # 0
+    REASON_CONTAINER_LIMITATION: TaskStatus.Reason.ValueType  # 1
+    """a limit other than memory (e.g. pids)"""
+    REASON_CONTAINER_LIMITATION_MEMORY: TaskStatus.Reason.ValueType  # 2
+    """its memory limit: the kernel killed it"""
+
     TASK_ID_FIELD_NUMBER: _builtins.int
     FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
     AGENT_ID_FIELD_NUMBER: _builtins.int
@@ -207,6 +230,7 @@ class TaskStatus(_message.Message):
     TIMESTAMP_FIELD_NUMBER: _builtins.int
     UPDATE_ID_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
     task_id: _builtins.str
     framework_id: _builtins.str
     agent_id: _builtins.str
@@ -220,6 +244,7 @@ class TaskStatus(_message.Message):
     id. Empty for updates the master generates, which need no acknowledgement.
     """
     source: Global___TaskStatus.Source.ValueType
+    reason: Global___TaskStatus.Reason.ValueType
     def __init__(
         self,
         *,
@@ -232,10 +257,11 @@ class TaskStatus(_message.Message):
         timestamp: _builtins.float = ...,
         update_id: _builtins.str = ...,
         source: Global___TaskStatus.Source.ValueType = ...,
+        reason: Global___TaskStatus.Reason.ValueType = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "agent_id", b"agent_id", "exit_code", b"exit_code", "framework_id", b"framework_id", "message", b"message", "source", b"source", "state", b"state", "task_id", b"task_id", "timestamp", b"timestamp", "update_id", b"update_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "agent_id", b"agent_id", "exit_code", b"exit_code", "framework_id", b"framework_id", "message", b"message", "reason", b"reason", "source", b"source", "state", b"state", "task_id", b"task_id", "timestamp", b"timestamp", "update_id", b"update_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
