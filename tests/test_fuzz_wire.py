@@ -46,7 +46,7 @@ from tests.support.fuzzing import (
     started,
     write_acls,
 )
-from tests.support.wire_streams import AGENT_GATEWAY, SCHEDULER, WireStreams
+from tests.support.wire_streams import AGENT_GATEWAY, CLIENT_RACE, SCHEDULER, WireStreams
 from tests.waiting import wait_for_condition
 
 pytestmark = [pytest.mark.slow, fuzz_timeout(300)]
@@ -100,22 +100,34 @@ class WireSession(FuzzSession):
         valid = (subscribe("junk") if path == SCHEDULER else register(TOTAL)).SerializeToString()
         junk = draw(ws.garbage(valid), label="bytes")
         later = draw(st.booleans(), label="after a valid first message")
+        decode = scheduler_pb2.Call if path == SCHEDULER else agent_pb2.AgentCall
+        try:
+            decode.FromString(junk)
+            undecodable = False
+        except DecodeError:
+            undecodable = True
         stream = self.streams.raw(path, valid if later else junk)
         if later:
             stream.send(junk)
         self.found.inputs += 1
+        if undecodable:  # the master ends the stream: no barrier, no write racing that
+            await stream.answered(lambda e: False, 20)
         await self.settled()
-        decode = scheduler_pb2.Call if path == SCHEDULER else agent_pb2.AgentCall
-        try:
-            decode.FromString(junk)
-        except DecodeError:
+        if undecodable:
             self.found.refused += 1
             assert stream.code == grpc.StatusCode.INVALID_ARGUMENT, (stream.code, stream.details)
             assert stream.details.startswith("a message could not be decoded")
 
     def other_checks(self) -> None:
-        ends = [(s.code, s.details) for s in self.streams.streams if s.ended]
-        assert [e for e in ends if e[0] not in ENDINGS] == [], ends
+        # A stream the master ended while the client wrote may show the client's race
+        # (CLIENT_RACE); the master's side is judged by its logs, where grpc logs an
+        # exception a handler raised.
+        odd = [
+            s
+            for s in self.streams.streams
+            if s.ended and s.code not in ENDINGS and (s.code, s.details) != CLIENT_RACE
+        ]
+        assert odd == [], [(s.code, s.details, s.sent, s.events) for s in odd]
         assert self._errors() == [], self._errors()
 
     async def disconnected(self) -> None:
@@ -219,16 +231,20 @@ async def test_undecodable_bytes_refuse_the_stream_over_the_wire(
         assert fw.framework_id
 
 
-async def test_an_unknown_method_and_an_oversized_message(cluster: LocalCluster) -> None:
-    """UNIMPLEMENTED for a method the master does not have; a 5 MB framework name is
-    refused as too long (the message itself is within what grpc accepts)."""
+async def test_an_unknown_method_and_oversized_messages(cluster: LocalCluster) -> None:
+    """UNIMPLEMENTED for a method the master does not have; RESOURCE_EXHAUSTED for a
+    message over 4 MiB; a 3 MB framework name, within that, is refused as too long."""
     async with grpc_utils.create_channel(cluster.address) as channel:
         streams = WireStreams(channel)
         nowhere = streams.raw("/mesolite.v1.Scheduler/Nope", b"")
-        big = streams.framework(subscribe("x" * 5_000_000))
-        await wait_for_condition(lambda: nowhere.ended and big.ended, what="both to end")
+        huge = streams.framework(subscribe("x" * 5_000_000))
+        long = streams.framework(subscribe("x" * 3_000_000))
+        await wait_for_condition(lambda: all(s.ended for s in streams.streams), what="refusals")
         assert nowhere.code == grpc.StatusCode.UNIMPLEMENTED
-        assert big.code == grpc.StatusCode.INVALID_ARGUMENT
-        assert "longer than" in big.details and len(big.details) < 1000
+        assert huge.code == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert long.code == grpc.StatusCode.INVALID_ARGUMENT
+        assert "longer than" in long.details and len(long.details) < 1000
         await streams.aclose()
     assert cluster.master.frameworks == {}
+    async with RawFramework(cluster.address) as fw:  # still serving
+        assert fw.framework_id

@@ -129,6 +129,8 @@ def kept_problems(master: Master) -> list[str]:
         plain_id("agent id", agent.agent_id)
         if len(agent.hostname) > validation.MAX_NAME:
             problems.append(f"agent {agent.agent_id} has a hostname that long")
+        if max(len(agent.isolation), len(agent.task_user)) > validation.MAX_NAME:
+            problems.append(f"agent {agent.agent_id} has an isolation or task user that long")
         if len(agent.attributes) > validation.MAX_ATTRIBUTES:
             problems.append(f"agent {agent.agent_id} has {len(agent.attributes)} attributes")
         resources(f"agent {agent.agent_id}", list(agent.total))

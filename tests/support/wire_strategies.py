@@ -405,6 +405,10 @@ GOOD_FILTERS = weighted(
 )
 BAD_FILTERS = SECONDS.map(lambda s: scheduler_pb2.Filters(refuse_seconds=s))
 TOO_MANY_IDS = [f"o{i}" for i in range(10_001)]  # past the bound of 10,000 per call
+TOO_MANY_TASKS = [  # past the bound of 1,000 per call
+    common_pb2.TaskInfo(task_id=f"t{i}", command="true", resources=common_pb2.Resources())
+    for i in range(1001)
+]
 CALL_KINDS = tuple(
     kind
     for kind, weight in (
@@ -484,7 +488,7 @@ def accepts(draw: st.DrawFn, known: Known, framework_id: str) -> Call.Accept:
         )
     )
     if "tasks" in b and draw(st.integers(0, 4)) == 0:
-        tasks = draw(st.sampled_from(([], tasks + tasks[:1], tasks * 334)))  # none, twins, 1,002
+        tasks = draw(st.sampled_from(([], tasks + tasks[:1], TOO_MANY_TASKS)))
     accept = Call.Accept(offer_ids=chosen, tasks=tasks)
     if (filters := b("filters", GOOD_FILTERS, BAD_FILTERS)) is not None:
         accept.filters.CopyFrom(filters)
@@ -558,7 +562,13 @@ BAD_ATTRIBUTES = weighted(
     (2, st.dictionaries(MAYBE_STRINGS, STRINGS, min_size=1, max_size=3)),
     (1, st.just({f"k{i}": "v" for i in range(65)})),  # past the bound of 64
 )
+ISOLATIONS = ("", "cgroups-v2", "cgroups-v1", "process-tree")
 UPDATE_IDS = st.sampled_from(("u1", "u2", "u3", "u4"))
+GOOD_FIGURES = st.sampled_from((0.0, 0.25, 1.0, 128.0))
+BAD_FIGURES = weighted((2, st.sampled_from((-1.0, math.nan, math.inf, 1e308))), (1, st.floats()))
+REASONS = weighted(
+    (3, st.just(0)), (1, st.integers(1, 2)), (1, st.integers(3, 2**31 - 1))
+).map(common_pb2.TaskStatus.Reason.ValueType)
 GOOD_STATES = st.sampled_from(
     tuple(
         common_pb2.TaskState.Value(f"TASK_{s}")
@@ -640,7 +650,9 @@ def registers(draw: st.DrawFn, known: Known) -> AgentCall:
     if draw(st.integers(0, 9)) == 0:
         return draw(agent_calls(known, ""))
     # "tasks" twice: what an agent reports is where re-registration goes deepest.
-    b = Breakage(draw, "agent_id", "hostname", "address", "total", "attributes", "tasks", "tasks")
+    b = Breakage(
+        draw, "agent_id", "hostname", "address", "total", "attributes", "tasks", "tasks", "how"
+    )
     again = draw(st.booleans())
     known_id = draw(pick(sorted(known.agents), ""))
     bad_ids = weighted((2, PLAIN_IDS), (1, BAD_IDS))
@@ -660,6 +672,8 @@ def registers(draw: st.DrawFn, known: Known) -> AgentCall:
             )
         ),
         attributes=b("attributes", st.sampled_from(({}, {"rack": "r1"})), BAD_ATTRIBUTES),
+        isolation=b("how", st.sampled_from(ISOLATIONS), STRINGS),
+        task_user=b("how", st.sampled_from(("", "nobody")), STRINGS),
         # A new agent cannot have tasks: it reports some only when that is what breaks.
         tasks=reported if agent_id or "tasks" in b else [],
     )
@@ -700,8 +714,34 @@ def status_updates(draw: st.DrawFn, known: Known, agent_id: str) -> AgentCall.St
     )
     if draw(st.booleans()):
         status.exit_code = draw(weighted((3, st.sampled_from((0, 1, 137))), (1, INT32)))
+    status.reason = draw(REASONS)
     latest = b("latest", weighted((3, st.just(State(0))), (1, TERMINAL_STATES)), BAD_STATES)
     return AgentCall.StatusUpdate(status=status, latest_state=latest)
+
+
+@st.composite
+def usages(draw: st.DrawFn, known: Known, agent_id: str) -> list[agent_pb2.TaskUsage]:
+    """What an agent measures its tasks use: its own tasks, or not quite."""
+    here = known.tasks_on(agent_id, live=True)
+    elsewhere = [t for t in known.tasks if t.agent_id != agent_id]
+    found = []
+    for _ in range(draw(st.integers(0, 3))):
+        b = Breakage(draw, "task", "figures")
+        task = b("task", pick(here, NO_TASK), pick(elsewhere, NO_TASK))
+        figures = [b("figures", GOOD_FIGURES, BAD_FIGURES) for _ in range(4)]
+        processes = draw(weighted((3, st.integers(0, 64)), (1, st.just(2**32 - 1))))
+        found.append(
+            agent_pb2.TaskUsage(
+                framework_id=task.framework_id,
+                task_id=task.task_id,
+                cpus_used=figures[0],
+                cpu_seconds=figures[1],
+                mem_used_mb=figures[2],
+                mem_peak_mb=figures[3],
+                processes=processes,
+            )
+        )
+    return found
 
 
 @st.composite
@@ -711,7 +751,7 @@ def agent_calls(draw: st.DrawFn, known: Known, agent_id: str) -> AgentCall:
     if which < 6:
         return AgentCall(status_update=draw(status_updates(known, agent_id)))
     if which < 8:
-        return AgentCall(heartbeat=AgentCall.Heartbeat())
+        return AgentCall(heartbeat=AgentCall.Heartbeat(usage=draw(usages(known, agent_id))))
     if which < 9:
         return AgentCall()  # no call at all
     again = draw(registers(known))  # on a stream that registered already

@@ -33,6 +33,9 @@ Ev = TypeVar("Ev")
 
 SCHEDULER = "/mesolite.v1.Scheduler/Connect"
 AGENT_GATEWAY = "/mesolite.v1.AgentGateway/Connect"
+# How grpcio's client reports a stream the server ended while the client wrote to it
+# (the server's own status is lost): a race of the client's, not an error of the server.
+CLIENT_RACE = (grpc.StatusCode.INTERNAL, "Internal error from Core")
 # Ids no client can use (a space is not allowed), so only a barrier is answered so.
 _BARRIER = "barrier {}"
 
@@ -48,6 +51,7 @@ class WireStream(Generic[Req, Ev]):
     ) -> None:
         self._queue: asyncio.Queue[Req | None] = asyncio.Queue()
         self._queue.put_nowait(first)
+        self.sent: list[Req] = [first]  # what the test sent, for reports
         self._barrier = barrier
         self.events: list[Ev] = []
         self.ended = False
@@ -76,6 +80,7 @@ class WireStream(Generic[Req, Ev]):
             self._changed.set()
 
     def send(self, request: Req) -> None:
+        self.sent.append(request)
         self._queue.put_nowait(request)
 
     def close(self) -> None:
@@ -103,8 +108,15 @@ class WireStream(Generic[Req, Ev]):
         return await within(wait(), timeout, "an answer from the master")
 
     async def sync(self, tag: str, timeout: float) -> None:
-        """Send a barrier; return once it is answered or the stream has ended."""
-        if self.ended or self._barrier is None:
+        """Send a barrier; return once it is answered or the stream has ended.
+
+        Not before the first message is answered (the master answers it or ends the
+        stream): a write racing the end of a stream makes grpcio's client report
+        INTERNAL instead of the status the server sent (`CLIENT_RACE`)."""
+        if self._barrier is None:
+            return
+        await self.answered(lambda e: True, timeout)
+        if self.ended:
             return
         request, answers = self._barrier(tag)
         self.send(request)
