@@ -30,12 +30,20 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from mesolite.master.authn import Authenticator
 from mesolite.master.master import Master
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
 from mesolite.v1 import scheduler_pb2
 from tests.support.core import CONFIG, CoreHarness
 from tests.support.fuzz_session import FuzzSession, outstanding
-from tests.support.fuzzing import Figures, figures, fuzz_settings, fuzz_timeout, write_acls
+from tests.support.fuzzing import (
+    AUTHENTICATED_ACLS,
+    Figures,
+    figures,
+    fuzz_settings,
+    fuzz_timeout,
+    write_acls,
+)
 from tests.support.servicer_streams import ServicerStreams
 
 # In-process, but tens of seconds: `make test-fast` leaves it out (tests/conftest.py).
@@ -50,6 +58,7 @@ class InProcessSession(FuzzSession):
 
     STEPS = (*FuzzSession.STEPS, ("allocate", 2), ("time", 1), ("restart", 1))
     EXACT: ClassVar[bool] = True
+    AUTHENTICATED: ClassVar[bool] = True
 
     def __init__(self, data: st.DataObject, found: Figures, core: CoreHarness) -> None:
         super().__init__(data, found)
@@ -58,8 +67,9 @@ class InProcessSession(FuzzSession):
     def start(self, core: CoreHarness) -> None:
         """Serve `core`'s master, with no stream open yet."""
         self.core = core
+        authn = Authenticator(enabled=True)  # principals from the fake certificates
         self._streams = ServicerStreams(
-            SchedulerService(core.master), AgentGatewayService(core.master)
+            SchedulerService(core.master, authn), AgentGatewayService(core.master, authn)
         )
         self.frameworks.clear()
         self.agents.clear()
@@ -111,7 +121,7 @@ class InProcessSession(FuzzSession):
 
 @pytest.fixture(scope="module")
 def acls_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return write_acls(tmp_path_factory.mktemp("fuzz"))
+    return write_acls(tmp_path_factory.mktemp("fuzz"), AUTHENTICATED_ACLS)
 
 
 @pytest.fixture(scope="module")

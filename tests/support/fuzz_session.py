@@ -41,6 +41,10 @@ Event = Any  # a scheduler_pb2.Event or an agent_pb2.AgentEvent
 
 MAX_STEPS = 12
 TOTAL = {"cpus": 4.0, "mem": 4096.0}
+# Who may open streams when the transport authenticates (None: no certificate).
+FRAMEWORK_PRINCIPALS = ("team-a", "team-b")
+AGENT_PRINCIPALS = ("agent-1", "agent-2")
+PRINCIPALS = st.sampled_from((*FRAMEWORK_PRINCIPALS, *AGENT_PRINCIPALS, None))
 
 
 class FuzzStream(Protocol):
@@ -59,8 +63,8 @@ class FuzzStream(Protocol):
 class Transport(Protocol):
     streams: Any
 
-    def framework(self, first: Call) -> Any: ...
-    def agent(self, first: AgentCall) -> Any: ...
+    def framework(self, first: Call, principal: str | None = None) -> Any: ...
+    def agent(self, first: AgentCall, principal: str | None = None) -> Any: ...
     def open(self) -> list[Any]: ...
     async def settle(self) -> None: ...
     async def aclose(self) -> None: ...
@@ -97,6 +101,8 @@ class FuzzSession(abc.ABC):
     # Whether nothing happens between steps but what they cause (in-process): then a
     # refused call or stream can be checked to have changed nothing at all.
     EXACT: ClassVar[bool] = False
+    # Whether streams are opened by principals (the transport authenticates them).
+    AUTHENTICATED: ClassVar[bool] = False
 
     def __init__(self, data: st.DataObject, found: Figures) -> None:
         self.data = data
@@ -104,6 +110,8 @@ class FuzzSession(abc.ABC):
         self.logs: list[MutableMapping[str, Any]] = []
         self.frameworks: dict[int, str] = {}  # id(stream) -> framework id, once subscribed
         self.agents: dict[int, str] = {}  # id(stream) -> agent id, once registered
+        # The principal each framework and agent id was first seen with: it never changes.
+        self.owners: dict[tuple[str, str], str | None] = {}
 
     @property
     @abc.abstractmethod
@@ -153,8 +161,13 @@ class FuzzSession(abc.ABC):
 
     async def set_up(self) -> None:
         """Two agents and two frameworks, each framework with a task RUNNING."""
-        agents = [self.streams.agent(register(TOTAL)) for _ in range(2)]
-        fws = [self.streams.framework(subscribe(f"fw{i}")) for i in range(2)]
+        agents = [
+            self.streams.agent(register(TOTAL), self.owner(AGENT_PRINCIPALS, i)) for i in range(2)
+        ]
+        fws = [
+            self.streams.framework(subscribe(f"fw{i}"), self.owner(FRAMEWORK_PRINCIPALS, i))
+            for i in range(2)
+        ]
         await self.settled()
         for i, fw in enumerate(fws):
             offers = await self.offers(fw)
@@ -189,10 +202,14 @@ class FuzzSession(abc.ABC):
                 await self.send(agent, agent_call)
         elif kind == "subscribe":
             first = draw(ws.subscribes(known), label="first")
-            await self.new_stream(lambda: self.streams.framework(wire_copy(first)), first)
+            who = self.principal(FRAMEWORK_PRINCIPALS)
+            await self.new_stream(lambda: self.streams.framework(wire_copy(first), who), first)
         elif kind == "register":
             registration = draw(ws.registers(known), label="first")
-            await self.new_stream(lambda: self.streams.agent(wire_copy(registration)), registration)
+            who = self.principal(AGENT_PRINCIPALS)
+            await self.new_stream(
+                lambda: self.streams.agent(wire_copy(registration), who), registration
+            )
         elif kind == "hang up":
             stream = draw(ws.pick(self.streams.open(), None), label="stream")
             cancel = draw(st.booleans(), label="cancel")
@@ -203,6 +220,19 @@ class FuzzSession(abc.ABC):
             await self.settled()
         else:
             await self.other_step(kind)
+
+    def owner(self, group: Sequence[str], i: int) -> str | None:
+        """Who opens the i-th stream of a set-up or a probe (nobody if anonymous)."""
+        return group[i % len(group)] if self.AUTHENTICATED else None
+
+    def principal(self, group: Sequence[str]) -> str | None:
+        """Who opens a fuzzed stream: mostly one of `group`, else anyone or nobody. Drawn
+        only if the transport authenticates."""
+        if not self.AUTHENTICATED:
+            return None
+        return self.data.draw(
+            ws.weighted((4, st.sampled_from(tuple(group))), (1, PRINCIPALS)), label="principal"
+        )
 
     async def framework_call(self, fw: FuzzStream, call: Call) -> None:
         before = self.state() if self.EXACT else None
@@ -243,7 +273,18 @@ class FuzzSession(abc.ABC):
         assert error_logs(self.logs) == [], error_logs(self.logs)
         assert self.master.invariant_violations == [], self.master.invariant_violations
         assert kept_problems(self.master) == [], kept_problems(self.master)
+        self.check_owners()
         self.other_checks()
+
+    def check_owners(self) -> None:
+        """No framework or agent id changes hands (nor after a restart: the registry
+        keeps who registered it)."""
+        master = self.master
+        records = [("framework", f.framework_id, f.principal) for f in master.frameworks.values()]
+        records += [("agent", a.agent_id, a.principal) for a in master.agents.values()]
+        for kind, record_id, principal in records:
+            first = self.owners.setdefault((kind, record_id), principal)
+            assert first == principal, f"{kind} {record_id} of {first!r} is now {principal!r}'s"
 
     def state(self) -> object:
         """What a refused call or stream must leave unchanged (EXACT sessions)."""
@@ -270,8 +311,10 @@ class FuzzSession(abc.ABC):
 
     async def probe(self) -> None:
         """A new agent and a new framework: a task is launched and reported RUNNING."""
-        agent = self.streams.agent(register({"cpus": 1.0, "mem": 128.0}))
-        fw = self.streams.framework(subscribe("probe"))
+        agent = self.streams.agent(
+            register({"cpus": 1.0, "mem": 128.0}), self.owner(AGENT_PRINCIPALS, 0)
+        )
+        fw = self.streams.framework(subscribe("probe"), self.owner(FRAMEWORK_PRINCIPALS, 0))
         await self.settled()
         assert id(agent) in self.agents and id(fw) in self.frameworks, (agent.code, fw.code)
         offers = [o for o in await self.offers(fw) if o.agent_id == self.agents[id(agent)]]

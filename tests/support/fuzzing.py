@@ -43,13 +43,15 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-# How the master may turn a stream down: bad input, an unknown id, not now, not yours.
+# How the master may turn a stream down: bad input, an unknown id, not now, not yours,
+# not without a principal.
 REFUSALS = frozenset(
     {
         grpc.StatusCode.INVALID_ARGUMENT,
         grpc.StatusCode.NOT_FOUND,
         grpc.StatusCode.FAILED_PRECONDITION,
         grpc.StatusCode.PERMISSION_DENIED,
+        grpc.StatusCode.UNAUTHENTICATED,
     }
 )
 # The rule `mesolite.resources` states for resource names.
@@ -85,9 +87,21 @@ def fuzz_settings(ci_examples: int, *, shrink: bool = True) -> settings:
     return settings(base, max_examples=ci_examples, derandomize=True)
 
 
-def write_acls(directory: Path) -> Path:
+# With authentication (in-process): team-a's frameworks in `*` and a's subtree, team-b's
+# in `*` and eng's, anyone else's nowhere; agents only as agent-1 or agent-2.
+AUTHENTICATED_ACLS = {
+    "register_frameworks": [
+        {"principals": {"values": ["team-a"]}, "roles": {"values": ["*", "a", "a/*"]}},
+        {"principals": {"values": ["team-a"]}, "roles": {"type": "NONE"}},
+        {"principals": {"values": ["team-b"]}, "roles": {"values": ["*", "eng", "eng/*"]}},
+    ],
+    "register_agents": [{"principals": {"values": ["agent-1", "agent-2"]}}],
+}
+
+
+def write_acls(directory: Path, acls: Mapping[str, Any] = ACLS) -> Path:
     path = directory / "acls.json"
-    path.write_text(json.dumps(ACLS))
+    path.write_text(json.dumps(acls))
     return path
 
 

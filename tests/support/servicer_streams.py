@@ -45,9 +45,11 @@ class Aborted(Exception):
 
 
 class FakeContext:
-    """The parts of `grpc.aio.ServicerContext` a servicer uses."""
+    """The parts of `grpc.aio.ServicerContext` a servicer uses. `principal`: the common
+    name of the client's certificate, as mutual TLS gives it (None: no certificate)."""
 
-    def __init__(self, peer: str = "ipv4:127.0.0.1:40000") -> None:
+    def __init__(self, principal: str | None = None, peer: str = "ipv4:127.0.0.1:40000") -> None:
+        self._principal = principal
         self._peer = peer
 
     async def abort(self, code: grpc.StatusCode, details: str = "", *_: Any) -> None:
@@ -60,7 +62,9 @@ class FakeContext:
         return ()
 
     def auth_context(self) -> dict[str, list[bytes]]:
-        return {}
+        if self._principal is None:
+            return {}
+        return {"x509_common_name": [self._principal.encode()]}
 
     def cancelled(self) -> bool:
         return False
@@ -121,7 +125,9 @@ Connect = Callable[[AsyncIterator[Req], Any], AsyncIterator[Ev]]
 class Stream(Generic[Req, Ev]):
     """One `Connect` call, run as a task; its answers kept in order."""
 
-    def __init__(self, connect: Connect[Req, Ev], first: Req | Exception) -> None:
+    def __init__(
+        self, connect: Connect[Req, Ev], first: Req | Exception, principal: str | None = None
+    ) -> None:
         self.requests: Requests[Req] = Requests()
         self.requests.push(first)
         self.events: list[Ev] = []
@@ -129,11 +135,11 @@ class Stream(Generic[Req, Ev]):
         self.code: grpc.StatusCode | None = None  # None: open, or ended without a status
         self.details = ""
         self.crash: str | None = None  # the traceback of an unexpected exception
-        self.task = asyncio.create_task(self._run(connect))
+        self.task = asyncio.create_task(self._run(connect, FakeContext(principal)))
 
-    async def _run(self, connect: Connect[Req, Ev]) -> None:
+    async def _run(self, connect: Connect[Req, Ev], context: FakeContext) -> None:
         try:
-            async for event in connect(self.requests, FakeContext()):
+            async for event in connect(self.requests, context):
                 self.events.append(event)
         except Aborted as e:
             self.code, self.details = e.code, e.details
@@ -172,13 +178,17 @@ class ServicerStreams:
         self._agents = agents
         self.streams: list[Stream[Any, Any]] = []
 
-    def framework(self, first: scheduler_pb2.Call | Exception) -> FrameworkStream:
-        stream: FrameworkStream = Stream(self._scheduler.Connect, first)
+    def framework(
+        self, first: scheduler_pb2.Call | Exception, principal: str | None = None
+    ) -> FrameworkStream:
+        stream: FrameworkStream = Stream(self._scheduler.Connect, first, principal)
         self.streams.append(stream)
         return stream
 
-    def agent(self, first: agent_pb2.AgentCall | Exception) -> AgentStream:
-        stream: AgentStream = Stream(self._agents.Connect, first)
+    def agent(
+        self, first: agent_pb2.AgentCall | Exception, principal: str | None = None
+    ) -> AgentStream:
+        stream: AgentStream = Stream(self._agents.Connect, first, principal)
         self.streams.append(stream)
         return stream
 

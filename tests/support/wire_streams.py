@@ -165,10 +165,14 @@ class WireStreams:
         self._tags = itertools.count(1)
         self.streams: list[WireStream[Any, Any]] = []
 
-    def framework(self, first: scheduler_pb2.Call) -> FrameworkWireStream:
+    def framework(
+        self, first: scheduler_pb2.Call, principal: str | None = None
+    ) -> FrameworkWireStream:
+        assert principal is None, "these streams are anonymous"
         return self._typed(SCHEDULER, first, scheduler_pb2.Event.FromString, _framework_barrier)
 
-    def agent(self, first: agent_pb2.AgentCall) -> AgentWireStream:
+    def agent(self, first: agent_pb2.AgentCall, principal: str | None = None) -> AgentWireStream:
+        assert principal is None, "these streams are anonymous"
         return self._typed(AGENT_GATEWAY, first, agent_pb2.AgentEvent.FromString, _agent_barrier)
 
     def _typed(
