@@ -14,7 +14,9 @@ import asyncio
 import contextlib
 import logging
 import re
+import ssl
 from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -25,12 +27,13 @@ from hypothesis import strategies as st
 from structlog.testing import capture_logs
 from yarl import URL
 
-from mesolite import convert
+from mesolite import certs, convert, grpc_utils
 from mesolite.master.ui_routes import broadcaster
+from mesolite.tls import TlsConfig
 from mesolite.v1 import common_pb2, scheduler_pb2
 from tests.cluster import LocalCluster
-from tests.raw_client import RawFramework, resources
 from tests.support import http_strategies as hs
+from tests.support.calls import launch, subscribe
 from tests.support.fuzzing import (
     Figures,
     error_logs,
@@ -39,15 +42,30 @@ from tests.support.fuzzing import (
     fuzz_timeout,
     started,
 )
+from tests.support.wire_streams import WireStreams
 from tests.waiting import wait_for_condition, within
 
 pytestmark = [pytest.mark.slow, fuzz_timeout(300)]
 
-# About 10 s and 1,300 requests on a loaded 2-core machine.
-CI_EXAMPLES = 500
+# About 10 s and 1,300 requests in all on a loaded 2-core machine.
+CI_EXAMPLES = {"plain": 400, "tls": 300}
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
-KINDS = ("master",) * 6 + ("sandbox",) * 3 + ("raw",)
-EVENT_STREAMS = 32  # /events streams left to end on their own (the server allows 64)
+# /events streams left to end on their own (the server notices within a second; it
+# allows 4 per client, then 429, and 64 in all, then 503).
+EVENT_STREAMS = 32
+
+
+@dataclass(frozen=True)
+class Reach:
+    """How the fuzz reaches the servers: plain HTTP to both, or HTTPS to the master with
+    authentication on (the sandbox server then answers the master only)."""
+
+    scheme: str
+    kinds: tuple[str, ...]  # which server each request goes to, as often as listed
+    token: str | None = None  # a real bearer token, sent with most requests
+
+
+PLAIN = Reach("http", ("master",) * 6 + ("sandbox",) * 3 + ("raw",))
 
 
 class HttpFuzz:
@@ -56,12 +74,14 @@ class HttpFuzz:
     def __init__(
         self,
         cluster: LocalCluster,
+        reach: Reach,
         ids: hs.Ids,
         http: aiohttp.ClientSession,
         found: Figures,
         stdlib_errors: Callable[[], list[logging.LogRecord]],
     ) -> None:
         self.cluster = cluster
+        self.reach = reach
         self.ids = ids
         self.http = http
         self.found = found
@@ -75,12 +95,17 @@ class HttpFuzz:
     async def example(self, data: st.DataObject) -> None:
         with capture_logs() as logs:
             for _ in range(data.draw(st.integers(1, 4), label="requests")):
-                kind = data.draw(st.sampled_from(KINDS), label="server")
+                kind = data.draw(st.sampled_from(self.reach.kinds), label="server")
                 if kind == "raw":
                     address = data.draw(st.sampled_from((self.master, self.sandboxes)))
                     await self.raw(address, data.draw(hs.raw_requests(), label="bytes"))
                 elif kind == "master":
-                    await self.send(self.master, data.draw(hs.master_requests(self.ids)))
+                    request = data.draw(hs.master_requests(self.ids))
+                    # Three in four carry the token (hypothesis favours the low end: 0).
+                    if self.reach.token and data.draw(st.integers(0, 3), label="token") < 3:
+                        token = ("Authorization", f"Bearer {self.reach.token}")
+                        request = replace(request, headers=(token, *request.headers))
+                    await self.send(self.master, request)
                 else:
                     await self.send(self.sandboxes, data.draw(hs.sandbox_requests(self.ids)))
                 self.found.inputs += 1
@@ -90,7 +115,7 @@ class HttpFuzz:
         self.found.examples += 1
 
     async def send(self, address: str, request: hs.Request) -> None:
-        url = URL(f"http://{address}{request.target}", encoded=True)
+        url = URL(f"{self.reach.scheme}://{address}{request.target}", encoded=True)
         try:
             async with self.http.request(
                 request.method,
@@ -144,7 +169,9 @@ class HttpFuzz:
             self.found.refused += 1
 
     async def still_serving(self) -> None:
-        async with self.http.get(f"http://{self.master}/state") as response:
+        token = {"Authorization": f"Bearer {self.reach.token}"} if self.reach.token else {}
+        url = f"{self.reach.scheme}://{self.master}/state"
+        async with self.http.get(url, headers=token) as response:
             assert response.status == 200
             assert (await response.json())["agents"]
 
@@ -156,40 +183,74 @@ def parser_refusal(record: logging.LogRecord) -> bool:
     return record.name == "aiohttp.server" and isinstance(error, HttpProcessingError)
 
 
-async def finished_task(cluster: LocalCluster) -> hs.Ids:
-    """A real agent that ran a task which wrote to stdout and stderr."""
+async def finished_task(cluster: LocalCluster, tls: TlsConfig | None) -> hs.Ids:
+    """A real agent that ran a task which wrote to stdout and stderr (its framework
+    connects with `tls`, if the cluster has it, and acknowledges every update)."""
     agent = await cluster.add_agent("cpus:1;mem:256")
-    async with RawFramework(cluster.address, name="writer") as fw:
-        offer = (await fw.next_event("offers")).offers.offers[0]
-        task = common_pb2.TaskInfo(
-            task_id="out",
-            command="echo hello; echo oops >&2",
-            resources=resources(cpus=1, mem=64),
-        )
-        accept = scheduler_pb2.Call.Accept(offer_ids=[offer.offer_id], tasks=[task])
-        fw.send(scheduler_pb2.Call(accept=accept))
-        while not convert.task_state_from_proto((await fw.next_update()).state).is_terminal:
-            pass
-        assert agent.agent_id
-        return hs.Ids(agent.agent_id, fw.framework_id, "out")
+    assert agent.agent_id
+    async with grpc_utils.create_channel(cluster.address, tls=tls) as channel:
+        streams = WireStreams(channel)
+        fw = streams.framework(subscribe("writer"))
+        offers = await fw.answered(lambda e: e.HasField("offers"), 20)
+        assert offers, (fw.code, fw.details)
+        offer = next(e.offers.offers[0] for e in fw.events if e.HasField("offers"))
+        fw.send(launch(offer, "out", {"cpus": 1.0, "mem": 64.0}, "echo hello; echo oops >&2"))
+        acknowledged = 0
+        while not any(ended(e) for e in fw.events):
+            assert await fw.answered(lambda e: e.HasField("update"), 20), fw.code
+            for e in [e for e in fw.events if e.HasField("update")][acknowledged:]:
+                fw.send(acknowledge(e.update.status))
+                acknowledged += 1
+        framework_id = fw.events[0].subscribed.framework_id
+        await streams.aclose()
+    return hs.Ids(agent.agent_id, framework_id, "out")
 
 
+def ended(event: scheduler_pb2.Event) -> bool:
+    return event.HasField("update") and convert.task_state_from_proto(
+        event.update.status.state
+    ).is_terminal
+
+
+def acknowledge(status: common_pb2.TaskStatus) -> scheduler_pb2.Call:
+    ack = scheduler_pb2.Call.Acknowledge(
+        agent_id=status.agent_id, task_id=status.task_id, update_id=status.update_id
+    )
+    return scheduler_pb2.Call(acknowledge=ack)
+
+
+@pytest.fixture(scope="module")
+def cluster_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A CA and bundles for a cluster with TLS, and a bearer token for principal "ci"."""
+    directory = tmp_path_factory.mktemp("certs") / "certs"
+    certs.init_cluster(directory, tokens=["ci"])
+    return directory
+
+
+@pytest.mark.parametrize("reaching", ["plain", "tls"])
 def test_the_http_servers_survive_fuzzed_requests(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    reaching: str, tmp_path: Path, cluster_certs: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     def stdlib_errors() -> list[logging.LogRecord]:
         return [r for r in caplog.records if r.levelno >= logging.ERROR and not parser_refusal(r)]
 
+    tls = reaching == "tls"
+    reach = PLAIN
+    if tls:
+        token = (cluster_certs / "ci" / "token").read_text().strip()
+        reach = Reach("https", ("master",), token)
+    client = TlsConfig.from_dir(cluster_certs / "ci").client_context() if tls else None
     with (
         asyncio.Runner() as loop,
-        figures("HTTP") as found,
-        started(loop, LocalCluster(tmp_path)) as cluster,
-        started(loop, _session()) as http,
+        figures(f"HTTP ({reaching})") as found,
+        started(loop, LocalCluster(tmp_path, certs=cluster_certs if tls else None)) as cluster,
+        started(loop, _session(client)) as http,
     ):
-        ids = loop.run(finished_task(cluster))
-        fuzz_http = HttpFuzz(cluster, ids, http, found, stdlib_errors)
+        framework_tls = cluster.bundle("framework") if tls else None
+        ids = loop.run(finished_task(cluster, framework_tls))
+        fuzz_http = HttpFuzz(cluster, reach, ids, http, found, stdlib_errors)
 
-        @fuzz_settings(CI_EXAMPLES)
+        @fuzz_settings(CI_EXAMPLES[reaching])
         @given(data=st.data())
         def fuzz(data: st.DataObject) -> None:
             loop.run(fuzz_http.example(data))
@@ -198,8 +259,10 @@ def test_the_http_servers_survive_fuzzed_requests(
 
 
 @contextlib.asynccontextmanager
-async def _session() -> AsyncIterator[aiohttp.ClientSession]:
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as http:
+async def _session(tls: ssl.SSLContext | None) -> AsyncIterator[aiohttp.ClientSession]:
+    connector = aiohttp.TCPConnector(ssl=tls) if tls else None
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         yield http
 
 

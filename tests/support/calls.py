@@ -34,8 +34,13 @@ def running(task_id: str, framework_id: str, update_id: str) -> AgentCall:
     return AgentCall(status_update=AgentCall.StatusUpdate(status=status))
 
 
-def launch(offer: scheduler_pb2.Offer, task_id: str, resources: dict[str, float]) -> Call:
+def launch(
+    offer: scheduler_pb2.Offer,
+    task_id: str,
+    resources: dict[str, float],
+    command: str = "sleep 30",
+) -> Call:
     task = common_pb2.TaskInfo(
-        task_id=task_id, command="sleep 30", resources=common_pb2.Resources(scalars=resources)
+        task_id=task_id, command=command, resources=common_pb2.Resources(scalars=resources)
     )
     return Call(accept=Call.Accept(offer_ids=[offer.offer_id], tasks=[task]))
