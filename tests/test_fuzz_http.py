@@ -47,7 +47,7 @@ from tests.waiting import wait_for_condition, within
 
 pytestmark = [pytest.mark.slow, fuzz_timeout(300)]
 
-# About 10 s and 1,300 requests in all on a loaded 2-core machine.
+# About 1,800 requests in all, under 10 s on a loaded 2-core machine.
 CI_EXAMPLES = {"plain": 400, "tls": 300}
 STATUS_LINE = re.compile(rb"HTTP/1\.[01] (\d{3}) ")
 # /events streams left to end on their own (the server notices within a second; it
