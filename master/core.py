@@ -100,7 +100,8 @@ class MasterCore(abc.ABC):
         # Raises AclError for a bad file, for the same reason. None: no authorization.
         self.acls: Acls | None = load_acls(config.acls_file) if config.acls_file else None
         self.agents: dict[str, AgentRecord] = {}
-        self.removed_agents: set[str] = set()
+        # Refused if they come back; the newest `max_removed_agents`, oldest first.
+        self.removed_agents: dict[str, None] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
         self.offers: dict[str, OfferRecord] = {}
         self.allocation_wanted = asyncio.Event()
@@ -155,6 +156,15 @@ class MasterCore(abc.ABC):
         if not allowed:
             log.warning("not authorized", action=action.value, principal=principal, object=obj)
         return allowed
+
+    def _mark_removed(self, agent_id: str) -> None:
+        """Remember a removed agent, forgetting the oldest beyond the bound. A forgotten
+        one that comes back is refused as unknown, and registers anew just the same."""
+        self.removed_agents[agent_id] = None
+        while len(self.removed_agents) > self.config.max_removed_agents:
+            oldest = next(iter(self.removed_agents))
+            del self.removed_agents[oldest]
+            self.registry.forget_removed_agent(oldest)
 
     def reload_acls(self) -> bool:
         """Read the ACL file again (on SIGHUP); an invalid file changes nothing."""
