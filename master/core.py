@@ -176,7 +176,28 @@ class MasterCore(abc.ABC):
             log.error("ACL file rejected; the previous ACLs stay", reason=str(e))
             return False
         log.info("ACLs reloaded", file=str(self.config.acls_file))
+        self._end_streams_no_longer_allowed()
         return True
+
+    def _end_streams_no_longer_allowed(self) -> None:
+        """After new ACLs, a framework or agent whose principal may no longer do what it
+        subscribed or registered for loses its stream (its next attempt is refused)."""
+        for framework in self.frameworks.values():
+            role = framework.info.role
+            allowed = self.authorized(Action.REGISTER_FRAMEWORKS, framework.principal, role)
+            if framework.outbox is not None and not allowed:
+                log.warning(
+                    "ending a framework's stream: the ACLs no longer allow it",
+                    framework_id=framework.framework_id,
+                )
+                framework.outbox.close("the ACLs no longer allow this framework")
+        for agent in self.agents.values():
+            allowed = self.authorized(Action.REGISTER_AGENTS, agent.principal)
+            if agent.outbox is not None and not allowed:
+                log.warning(
+                    "ending an agent's stream: the ACLs no longer allow it", agent_id=agent.agent_id
+                )
+                agent.outbox.close("the ACLs no longer allow this agent")
 
     def _framework(self, framework_id: str) -> FrameworkRecord:
         """A live framework, for a call made on its behalf."""

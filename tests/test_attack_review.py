@@ -591,13 +591,6 @@ async def test_slow_unauthenticated_http_clients_cannot_exhaust_the_master(
 # 7. Revoking a token leaves its streams open -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open (issue 11): SIGHUP reloads credentials and ACLs for new calls only; open "
-        "streams keep their principal"
-    ),
-)
 async def test_a_revoked_token_ends_the_streams_it_opened(tmp_path: Path, team_certs: Path) -> None:
     """README: the credentials file "is reloaded with the ACLs and roles on SIGHUP" (the
     only way to revoke a principal, as certificates cannot be). Removing a token's

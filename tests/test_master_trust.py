@@ -622,3 +622,16 @@ def test_stand_ins_for_unknown_frameworks_count_against_the_framework_limit() ->
     back = new.add_agent("cpus:8;mem:4096", agent_id=agent.agent_id, running=ghosts)
     assert len(new.master.frameworks) == 3
     assert len(back.peer.take(msg.KillTask)) == 5  # three stand-ins' tasks, two unplaced
+
+
+def test_new_acls_end_the_streams_they_no_longer_allow(tmp_path: Path) -> None:
+    """Outside review: an ACL change on SIGHUP applied to new calls only."""
+    core = with_acls(tmp_path, ACLS)
+    fw = core.subscribe(role="a", principal="team-a")
+    other = core.subscribe(role="b", principal="team-b")
+    agent = core.add_agent(principal="agent-1")
+    narrower = {**ACLS, "register_frameworks": ACLS["register_frameworks"][1:]}
+    (tmp_path / "acls.json").write_text(json.dumps(narrower))
+    assert core.master.reload_acls() is True
+    assert fw.peer.closed and not other.peer.closed and not agent.peer.closed
+    refused(Refusal.FORBIDDEN, lambda: core.resubscribe(fw, principal="team-a"))
