@@ -23,6 +23,7 @@ from urllib.parse import unquote
 import grpc
 import grpc.aio
 import structlog
+from google.protobuf.message import DecodeError
 
 from mesolite import convert
 from mesolite.logs import clip
@@ -42,10 +43,22 @@ T = TypeVar("T")
 OUTBOX_CAPACITY = 10_000
 
 
-async def _first(requests: AsyncIterator[T]) -> T | None:
+# Why a stream is refused (INVALID_ARGUMENT) when its peer sends bytes that are not a
+# message: grpc decodes each message as the handler reads it, raising DecodeError.
+_UNDECODABLE = "a message could not be decoded"
+
+
+async def _first(
+    requests: AsyncIterator[T], context: grpc.aio.ServicerContext[Any, Any]
+) -> T | None:
+    """The stream's first message; None if the peer sent none."""
     try:
         return await anext(requests)
     except StopAsyncIteration:
+        return None
+    except DecodeError as e:
+        log.warning("undecodable first message; stream refused", reason=str(e))
+        await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{_UNDECODABLE}: {e}")
         return None
 
 
@@ -95,7 +108,7 @@ async def _open_stream(
         await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, refusal)
     try:
         async with asyncio.timeout(limits.config.first_message_timeout):
-            return await _first(requests)
+            return await _first(requests, context)
     except TimeoutError:
         limits.close(client)
         timeout = limits.config.first_message_timeout
@@ -138,6 +151,9 @@ def _read_into(
                 handle(request)
         except (grpc.aio.AioRpcError, asyncio.CancelledError):
             pass
+        except DecodeError as e:  # bad input, not a bug: the stream is refused
+            log.warning("undecodable message; closing the stream", reason=str(e))
+            outbox.close(f"{_UNDECODABLE}: {e}")
         except Exception:
             # A bug, not bad input (that is rejected with an ERROR): end the
             # stream, loudly, rather than leave the peer talking to nobody.
@@ -202,6 +218,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             finally:
                 reader.cancel()
                 self._master.disconnect_framework(framework_id, outbox)
+            if outbox.close_reason.startswith(_UNDECODABLE):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
 
 
     def _dispatch(
@@ -394,6 +412,8 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             finally:
                 reader.cancel()
                 self._master.disconnect_agent(agent_id, outbox)
+            if outbox.close_reason.startswith(_UNDECODABLE):
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
             if agent_id in self._master.removed_agents:
                 await context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION,

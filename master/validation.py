@@ -20,7 +20,7 @@ from mesolite.model import DEFAULT_REFUSE_SECONDS, FrameworkInfo, RunningTask, T
 from mesolite.resources import EMPTY, Resources
 from mesolite.sandbox_protocol import format_address, parse_address
 
-ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}$")
+ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")  # \Z: "$" lets a final newline in
 
 # Bounds on every size a client controls. Messages are at most 4 MiB on the wire
 # (mesolite/grpc_utils.py); these bound what the master keeps and shows.

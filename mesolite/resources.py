@@ -15,7 +15,7 @@ from mesolite.errors import MesoliteError
 from mesolite.logs import clip
 
 _SCALE = 1000
-_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\Z")  # \Z: "$" lets a final newline in
 
 
 class InvalidResources(MesoliteError, ValueError):

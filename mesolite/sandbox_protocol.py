@@ -28,6 +28,9 @@ DEFAULT_LENGTH = 64 * 1024
 MAX_LENGTH = 1024 * 1024
 OFFSET_HEADER = "X-Sandbox-Offset"
 SIZE_HEADER = "X-Sandbox-Size"
+# The longest file name, in bytes (Linux, macOS): a longer segment can name no directory
+# (opening it fails with ENAMETOOLONG, which the sandbox server answered with a 500).
+NAME_MAX = 255
 
 
 class BadRequest(MesoliteError, ValueError):
@@ -100,7 +103,12 @@ def sandbox_url(
 
 def check_segment(kind: str, value: str) -> str:
     """`value` if it can name one directory under the sandboxes; raises BadRequest if not."""
-    if not value or value in (".", "..") or any(c in value for c in "/\\\0"):
+    if (
+        not value
+        or value in (".", "..")
+        or any(c in value for c in "/\\\0")
+        or len(value.encode(errors="surrogatepass")) > NAME_MAX
+    ):
         raise BadRequest(f"invalid {kind}: {value!r}")
     return value
 

@@ -85,3 +85,11 @@ def _test_cgroups() -> Iterator[None]:
         if root not in existed:
             with contextlib.suppress(OSError):
                 root.rmdir()  # only if empty: nothing of a real agent's is touched
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The figures of the fuzz layers that ran (tests/support/fuzzing.py)."""
+    from tests.support.fuzzing import FIGURES
+
+    for found in FIGURES.values():
+        terminalreporter.write_line(found.line())
