@@ -167,22 +167,36 @@ class AgentHandling(MasterCore):
         for key, task in list(agent.tasks.items()):
             if key not in reported:
                 self._terminate(task, TaskState.LOST, "the agent does not know this task")
+        unplaced: list[msg.KillTask] = []
         for rt in running:
             known = agent.tasks.get((rt.framework_id, rt.task.task_id))
             if known is not None:
                 if rt.state.is_terminal:  # ended while the agent was away
                     self._end_early(known, rt.state)
                 continue
-            framework = self.frameworks.get(rt.framework_id)
-            if framework is not None and self._completed_task(framework, rt.task.task_id):
-                continue  # its end was applied; the agent still awaits the acknowledgement
-            self._adopt_task(agent, rt)
+            # Not placed here by this master (which has run all along): never taken
+            # into a framework's records on the agent's word; a live one is killed.
+            # (An ended one whose end was applied awaits its acknowledgement.)
+            unplaced += self._unplaced(agent, rt)
         self.allocator.activate_agent(agent.agent_id)
-        kills = self._kills_owed(agent)
+        kills = self._kills_owed(agent) + unplaced
         log.info(
             "agent re-registered", agent_id=agent.agent_id, tasks=len(running), kills=len(kills)
         )
         return kills
+
+    def _unplaced(self, agent: AgentRecord, rt: RunningTask) -> list[msg.KillTask]:
+        """A task the agent reports that was never placed on it: a live one is killed,
+        and neither is taken into any framework's records (nor its resources counted)."""
+        if rt.state.is_terminal:
+            return []
+        log.warning(
+            "agent reports a task never placed on it; killing it",
+            agent_id=agent.agent_id,
+            framework_id=rt.framework_id,
+            task_id=rt.task.task_id,
+        )
+        return [msg.KillTask(rt.framework_id, rt.task.task_id)]
 
     def _kills_owed(self, agent: AgentRecord) -> list[msg.KillTask]:
         """Kills for the agent's tasks whose framework is being removed (rules 4 and 5)."""
@@ -232,8 +246,17 @@ class AgentHandling(MasterCore):
         expected = self._stop_recovering(agent.agent_id)
         if not self.recovering_agents and self._recovery_timer is not None:
             self._recovery_timer.cancel()
+        placed_here = {(e.framework_id, e.task.task_id) for e in expected}
+        unplaced: list[msg.KillTask] = []
         for rt in running:
-            self._adopt_task(agent, rt)
+            key = (rt.framework_id, rt.task.task_id)
+            gone = rt.framework_id not in self.frameworks
+            if key in placed_here or rt.state.is_terminal:
+                self._adopt_task(agent, rt)  # ended ones hold nothing (rule 9)
+            elif gone and len(self.frameworks) < self.config.max_frameworks:
+                self._adopt_task(agent, rt)  # under a stand-in, then killed (rule 4)
+            else:  # a live task the registry never placed here, of a known framework
+                unplaced += self._unplaced(agent, rt)
         reported = {(rt.framework_id, rt.task.task_id) for rt in running}
         lost = [e for e in expected if (e.framework_id, e.task.task_id) not in reported]
         for entry in lost:
@@ -248,7 +271,7 @@ class AgentHandling(MasterCore):
                     "the agent no longer runs this task",
                 ),
             )
-        kills = self._kills_owed(agent)
+        kills = self._kills_owed(agent) + unplaced
         log.info(
             "agent re-registered after master restart",
             agent_id=agent.agent_id,
@@ -394,8 +417,8 @@ class AgentHandling(MasterCore):
         self.allocator.remove_agent(agent_id)
         self._cluster_changed()
         del self.agents[agent_id]
-        self.removed_agents.add(agent_id)
         self.registry.remove_agent(agent_id, self._wall_clock())
+        self._mark_removed(agent_id)
         if agent.outbox is not None:
             agent.outbox.close(reason)
         for framework in self.frameworks.values():

@@ -51,9 +51,12 @@ class Authenticator:
         self._credentials = (
             credentials.load(credentials_file) if credentials_file else credentials.NO_CREDENTIALS
         )
+        # Open streams authenticated by a token: its header, and how to end the stream.
+        self._watched: dict[object, tuple[str, Callable[[str], None]]] = {}
 
     def reload(self) -> None:
-        """Read the credentials file again (SIGHUP); keeps the old tokens if it is bad."""
+        """Read the credentials file again (SIGHUP); keeps the old tokens if it is bad.
+        Streams opened with a token the new file no longer has are ended."""
         if self._file is None:
             return
         try:
@@ -62,6 +65,30 @@ class Authenticator:
             log.error("credentials not reloaded; keeping the previous ones", reason=str(e))
             return
         log.info("credentials reloaded", principals=len(self._credentials.principals))
+        for key, (header, end) in list(self._watched.items()):
+            if self._of_token(header) is None:
+                del self._watched[key]
+                log.warning("ending a stream: its token was revoked")
+                end("its token was revoked")
+
+    def watch(
+        self, context: grpc.aio.ServicerContext[Any, Any], end: Callable[[str], None]
+    ) -> Callable[[], None]:
+        """Remember an open stream authenticated by a token: `end(reason)` is called if a
+        reload revokes the token. Returns what forgets the stream (when it ends by
+        itself). A certificate cannot be revoked short of a new CA."""
+        if not self.enabled or context.auth_context().get("x509_common_name"):
+            return _nothing
+        header = _authorization(context)
+        if header is None:
+            return _nothing
+        key = object()
+        self._watched[key] = (header, end)
+
+        def forget() -> None:
+            self._watched.pop(key, None)
+
+        return forget
 
     def _of_token(self, header: str | None) -> str | None:
         token = credentials.bearer_token(header)
@@ -76,13 +103,7 @@ class Authenticator:
         names = context.auth_context().get("x509_common_name", [])
         if names:
             return names[0].decode() if len(names) == 1 else None
-        header = None
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                if header is not None:
-                    return None  # two tokens: neither
-                header = value if isinstance(value, str) else None
-        return self._of_token(header)
+        return self._of_token(_authorization(context))
 
     async def grpc_caller(
         self,
@@ -206,3 +227,18 @@ def _guarded(handler: grpc.RpcMethodHandler, authn: Authenticator) -> grpc.RpcMe
     if handler.unary_stream is not None:
         return grpc.unary_stream_rpc_method_handler(wrapped, **kwargs)
     return grpc.stream_stream_rpc_method_handler(wrapped, **kwargs)
+
+
+def _nothing() -> None:
+    return None
+
+
+def _authorization(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    """The call's `authorization` header; None if absent or given twice (then neither)."""
+    header = None
+    for key, value in context.invocation_metadata() or ():
+        if key == "authorization":
+            if header is not None:
+                return None
+            header = value if isinstance(value, str) else None
+    return header

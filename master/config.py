@@ -32,6 +32,8 @@ class MasterConfig:
     # Bounds on what clients create (each refusal says which was reached).
     max_frameworks: int = 1000
     max_agents: int = 10_000
+    max_removed_agents: int = 10_000  # remembered to refuse their return, newest kept
+    max_frameworks_per_principal: int = 100  # with authentication: one team's share
     max_roles: int = 1000  # roles frameworks may create by subscribing
     # Host names (or addresses) the HTTP server answers besides its listen address,
     # localhost and this machine's name (mesolite/http_hosts.py); "*" for any.

@@ -100,7 +100,8 @@ class MasterCore(abc.ABC):
         # Raises AclError for a bad file, for the same reason. None: no authorization.
         self.acls: Acls | None = load_acls(config.acls_file) if config.acls_file else None
         self.agents: dict[str, AgentRecord] = {}
-        self.removed_agents: set[str] = set()
+        # Refused if they come back; the newest `max_removed_agents`, oldest first.
+        self.removed_agents: dict[str, None] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
         self.offers: dict[str, OfferRecord] = {}
         self.allocation_wanted = asyncio.Event()
@@ -156,6 +157,15 @@ class MasterCore(abc.ABC):
             log.warning("not authorized", action=action.value, principal=principal, object=obj)
         return allowed
 
+    def _mark_removed(self, agent_id: str) -> None:
+        """Remember a removed agent, forgetting the oldest beyond the bound. A forgotten
+        one that comes back is refused as unknown, and registers anew just the same."""
+        self.removed_agents[agent_id] = None
+        while len(self.removed_agents) > self.config.max_removed_agents:
+            oldest = next(iter(self.removed_agents))
+            del self.removed_agents[oldest]
+            self.registry.forget_removed_agent(oldest)
+
     def reload_acls(self) -> bool:
         """Read the ACL file again (on SIGHUP); an invalid file changes nothing."""
         if self.config.acls_file is None:
@@ -166,7 +176,28 @@ class MasterCore(abc.ABC):
             log.error("ACL file rejected; the previous ACLs stay", reason=str(e))
             return False
         log.info("ACLs reloaded", file=str(self.config.acls_file))
+        self._end_streams_no_longer_allowed()
         return True
+
+    def _end_streams_no_longer_allowed(self) -> None:
+        """After new ACLs, a framework or agent whose principal may no longer do what it
+        subscribed or registered for loses its stream (its next attempt is refused)."""
+        for framework in self.frameworks.values():
+            role = framework.info.role
+            allowed = self.authorized(Action.REGISTER_FRAMEWORKS, framework.principal, role)
+            if framework.outbox is not None and not allowed:
+                log.warning(
+                    "ending a framework's stream: the ACLs no longer allow it",
+                    framework_id=framework.framework_id,
+                )
+                framework.outbox.close("the ACLs no longer allow this framework")
+        for agent in self.agents.values():
+            allowed = self.authorized(Action.REGISTER_AGENTS, agent.principal)
+            if agent.outbox is not None and not allowed:
+                log.warning(
+                    "ending an agent's stream: the ACLs no longer allow it", agent_id=agent.agent_id
+                )
+                agent.outbox.close("the ACLs no longer allow this agent")
 
     def _framework(self, framework_id: str) -> FrameworkRecord:
         """A live framework, for a call made on its behalf."""

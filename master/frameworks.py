@@ -51,6 +51,14 @@ class FrameworkHandling(MasterCore):
                 Refusal.PRECONDITION,
                 f"this master has {len(self.frameworks)} frameworks, its maximum",
             )
+        quota = self.config.max_frameworks_per_principal
+        if principal is not None and (
+            sum(f.principal == principal for f in self.frameworks.values()) >= quota
+        ):
+            raise RegistrationRefused(
+                Refusal.PRECONDITION,
+                f"principal {principal!r} has {quota} frameworks, its maximum",
+            )
         roles = self.allocator.roles
         if not roles.has_role(role) and len(roles.role_paths()) >= self.config.max_roles:
             raise RegistrationRefused(

@@ -67,7 +67,7 @@ class RecoveryHandling(MasterCore):
         window = self.config.agent_reregister_timeout
         for agent in self.registry.agents():
             if agent.removed:
-                self.removed_agents.add(agent.agent_id)
+                self._mark_removed(agent.agent_id)
             else:
                 self.recovering_agents[agent.agent_id] = []
                 self.recovering_principals[agent.agent_id] = agent.principal
@@ -127,7 +127,7 @@ class RecoveryHandling(MasterCore):
         for agent_id in list(self.recovering_agents):
             tasks = self._stop_recovering(agent_id)
             self.registry.remove_agent(agent_id, self._wall_clock())
-            self.removed_agents.add(agent_id)
+            self._mark_removed(agent_id)
             for entry in tasks:
                 self._notify(
                     entry.framework_id,

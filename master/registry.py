@@ -211,9 +211,13 @@ class Registry:
             )
             self._db.execute("DELETE FROM tasks WHERE agent_id = ?", (agent_id,))
 
+    def forget_removed_agent(self, agent_id: str) -> None:
+        """Drop a removed agent's row (the master keeps a bounded number of them)."""
+        self._db.execute("DELETE FROM agents WHERE agent_id = ? AND state = 'removed'", (agent_id,))
+
     def agents(self) -> list[AgentEntry]:
         rows = self._db.execute(
-            "SELECT agent_id, hostname, total, state, principal FROM agents"
+            "SELECT agent_id, hostname, total, state, principal FROM agents ORDER BY changed_at"
         ).fetchall()
         return [
             AgentEntry(

@@ -93,6 +93,12 @@ class MasterServer:
         check_listen("the master", self.host, tls=tls is not None, insecure=self.config.insecure)
         if tls is None and (self.config.credentials_file or self._token_port is not None):
             raise TlsError("bearer tokens are accepted only over TLS: give the master --tls-dir")
+        if tls is not None and self.config.acls_file is None:
+            log.warning(
+                "authentication without ACLs: every principal may do everything, a "
+                "framework's certificate may register an agent; give --acls (`mesolite "
+                "certs init` wrote a starter acls.json)"
+            )
         authn = self.authn = Authenticator(tls is not None, self.config.credentials_file)
         timers = AsyncioTimers(asyncio.get_running_loop())
         master = self.master = Master(self.config, timers=timers, clock=self._clock)

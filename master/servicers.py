@@ -68,15 +68,19 @@ async def _admitted(
     limits: GrpcStreamLimits,
     requests: AsyncIterator[T],
     context: grpc.aio.ServicerContext[Any, Any],
+    outbox: StreamWriter[Any],
 ) -> AsyncIterator[tuple[str | None, T | None]]:
     """A new stream, authenticated and within its client's limits: its principal and
-    first message (None if it ended before sending one)."""
+    first message (None if it ended before sending one). If the stream's credential
+    (a bearer token) is revoked while it is open, its `outbox` is closed: it ends."""
     principal = await authn.grpc_caller(context)
     client = _client_of(principal, context)
     first = await _open_stream(limits, client, requests, context)
+    unwatch = authn.watch(context, outbox.close)
     try:
         yield principal, first
     finally:
+        unwatch()
         limits.close(client)
 
 
@@ -179,7 +183,8 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         request_iterator: AsyncIterator[scheduler_pb2.Call],
         context: grpc.aio.ServicerContext[scheduler_pb2.Call, scheduler_pb2.Event],
     ) -> AsyncIterator[scheduler_pb2.Event]:
-        async with _admitted(self._authn, self._limits, request_iterator, context) as (
+        outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
+        async with _admitted(self._authn, self._limits, request_iterator, context, outbox) as (
             principal,
             first,
         ):
@@ -189,7 +194,6 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
                 )
-            outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
             try:
                 info = convert.framework_info_from_proto(first.subscribe.framework_info)
                 framework_id = self._master.subscribe(info, outbox, principal=principal)
@@ -330,7 +334,8 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
         request_iterator: AsyncIterator[agent_pb2.AgentCall],
         context: grpc.aio.ServicerContext[agent_pb2.AgentCall, agent_pb2.AgentEvent],
     ) -> AsyncIterator[agent_pb2.AgentEvent]:
-        async with _admitted(self._authn, self._limits, request_iterator, context) as (
+        outbox: StreamWriter[msg.AgentMessage] = StreamWriter(OUTBOX_CAPACITY)
+        async with _admitted(self._authn, self._limits, request_iterator, context, outbox) as (
             principal,
             first,
         ):
@@ -341,7 +346,6 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                     grpc.StatusCode.INVALID_ARGUMENT, "the first call must be REGISTER"
                 )
             reg = first.register
-            outbox: StreamWriter[msg.AgentMessage] = StreamWriter(OUTBOX_CAPACITY)
             try:
                 total = convert.resources_from_proto(reg.total)
                 running = [convert.running_task_from_proto(t) for t in reg.tasks]

@@ -63,6 +63,7 @@ class FrameworkRecord:
     registered_at: float
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
     completed: deque[TaskRecord] = field(default_factory=deque)
+    completed_by_id: dict[str, TaskRecord] = field(default_factory=dict)  # the newest
     offers: set[str] = field(default_factory=set)
     suppressed: bool = False
     disconnected_at: float | None = None

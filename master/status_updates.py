@@ -8,6 +8,7 @@ need no acknowledgement and wait for frameworks that are away.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from mesolite.master import messages as msg
@@ -152,12 +153,20 @@ class StatusUpdateHandling(MasterCore):
         )
 
     def acknowledge(self, framework_id: str, agent_id: str, task_id: str, update_id: str) -> None:
-        self._framework(framework_id)
+        """Relay a framework's acknowledgement to the agent: only of an update of its
+        own task on that agent, that this master forwarded to it."""
+        framework = self._framework(framework_id)
         if not update_id:
             raise CallRejected("acknowledge needs the update id")
         agent = self.agents.get(agent_id)
         if agent is None:
             raise CallRejected(f"agent {clip(agent_id)} is not known")
+        task = framework.tasks.get(task_id) or self._completed_task(framework, task_id)
+        if task is None or task.agent_id != agent_id or update_id not in task.applied_updates:
+            raise CallRejected(
+                f"update {clip(update_id)} of task {clip(task_id)} on agent {clip(agent_id)} "
+                "is not one this master sent this framework"
+            )
         if agent.outbox is not None:
             agent.outbox.send(msg.AcknowledgeUpdate(framework_id, task_id, update_id))
         log.debug(
@@ -229,7 +238,8 @@ class StatusUpdateHandling(MasterCore):
         )
 
     def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
-        return next((t for t in framework.completed if t.spec.task_id == task_id), None)
+        """The newest ended task with this id (a task id may be used again)."""
+        return framework.completed_by_id.get(task_id)
 
     def _end_early(self, task: TaskRecord, state: TaskState) -> None:
         """The agent says the task ended, but its end update is still queued behind
@@ -245,9 +255,17 @@ class StatusUpdateHandling(MasterCore):
         )
 
     def _remember_completed(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        """Keep an ended task, without its command and environment (what it needs to
+        be answered for: ids, state, resources, its last status), a bounded number."""
+        spec = task.spec
+        if spec.command or spec.environment:
+            task.spec = dataclasses.replace(spec, command="", environment={})
         framework.completed.append(task)
+        framework.completed_by_id[spec.task_id] = task
         while len(framework.completed) > self.config.completed_tasks_kept:
-            framework.completed.popleft()
+            old = framework.completed.popleft()
+            if framework.completed_by_id.get(old.spec.task_id) is old:
+                del framework.completed_by_id[old.spec.task_id]
 
     def _terminate(self, task: TaskRecord, state: TaskState, reason: str) -> None:
         """End a task on the master's own authority and tell its framework."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import re
+import unicodedata
 from collections.abc import Callable, Container, Mapping, Sequence
 
 from mesolite.logs import clip as clip  # the one helper (offers, status updates use it too)
@@ -33,6 +34,7 @@ MAX_COMMAND = 64 * 1024
 MAX_ENVIRONMENT = 256  # variables per task
 MAX_ENVIRONMENT_NAME = 256
 MAX_ENVIRONMENT_VALUE = 16 * 1024
+MAX_ENVIRONMENT_TOTAL = 64 * 1024  # names and values of a task's variables together
 MAX_TASKS_PER_CALL = 1000  # tasks in one ACCEPT
 MAX_IDS_PER_CALL = 10_000  # offer ids in an ACCEPT or DECLINE, task ids in a RECONCILE
 MAX_TASKS_PER_AGENT = 10_000  # tasks an agent may report when it registers
@@ -48,6 +50,14 @@ def id_problem(what: str, value: str) -> str | None:
 def _name_problem(what: str, value: str) -> str | None:
     if len(value) > MAX_NAME:
         return f"{what} {clip(value)!r} is longer than {MAX_NAME} characters"
+    return _text_problem(what, value)
+
+
+def _text_problem(what: str, value: str) -> str | None:
+    """Free text an operator will read (in logs, views, the UI) holds no control or
+    format characters: no newlines to forge log lines, no terminal escapes."""
+    if any(unicodedata.category(c) in ("Cc", "Cf") for c in value):
+        return f"{what} {clip(value)!r} holds control characters"
     return None
 
 
@@ -130,6 +140,9 @@ def _task_spec_problem(spec: TaskSpec) -> str | None:
 def _environment_problem(task: str, environment: Mapping[str, str]) -> str | None:
     if len(environment) > MAX_ENVIRONMENT:
         return f"{task} has {len(environment)} environment variables, more than {MAX_ENVIRONMENT}"
+    size = sum(len(name) + len(value) for name, value in environment.items())
+    if size > MAX_ENVIRONMENT_TOTAL:
+        return f"{task}'s environment holds {size} characters, more than {MAX_ENVIRONMENT_TOTAL}"
     for name, value in environment.items():
         if not name or len(name) > MAX_ENVIRONMENT_NAME or "=" in name or "\0" in name:
             return f"{task}: invalid environment variable name {clip(name)!r}"
@@ -205,10 +218,12 @@ def agent_info_problem(
     if len(attributes) > MAX_ATTRIBUTES:
         return f"the agent has {len(attributes)} attributes, more than {MAX_ATTRIBUTES}"
     for key, value in attributes.items():
-        if not key or len(key) > MAX_ATTRIBUTE_KEY:
+        if not key or len(key) > MAX_ATTRIBUTE_KEY or _text_problem("", key):
             return f"invalid attribute name {clip(key)!r}"
         if len(value) > MAX_ATTRIBUTE_VALUE:
             return f"attribute {clip(key)} is longer than {MAX_ATTRIBUTE_VALUE} characters"
+        if problem := _text_problem(f"attribute {clip(key)}", value):
+            return problem
     return None
 
 

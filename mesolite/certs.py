@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import json
 import os
 import re
 from collections.abc import Iterable, Sequence
@@ -36,7 +37,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from mesolite import credentials
 from mesolite.errors import MesoliteError
-from mesolite.tls import CA_FILE, CERT_FILE, KEY_FILE, TOKEN_FILE
+from mesolite.tls import CA_FILE, CERT_FILE, KEY_FILE, MASTER_SERVER_NAME, TOKEN_FILE
 
 CA_KEY_FILE = "ca.key"
 CREDENTIALS_FILE = "credentials"
@@ -101,14 +102,48 @@ def init_cluster(
     _write_key(directory / CA_KEY_FILE, ca_key)
     _write_public(directory / CA_FILE, ca_cert.public_bytes(serialization.Encoding.PEM))
     bundles = {
-        MASTER: _issue(directory, ca_key, ca_cert, MASTER, [*LOCAL_HOSTS, *hosts], days),
+        MASTER: _issue(
+            directory, ca_key, ca_cert, MASTER, [MASTER_SERVER_NAME, *LOCAL_HOSTS, *hosts], days
+        ),
         AGENT: _issue(directory, ca_key, ca_cert, AGENT, [*LOCAL_HOSTS, *agent_hosts], days),
     }
     for name in principals:
         if name not in bundles:
             bundles[name] = _issue(directory, ca_key, ca_cert, name, [], days)
     written = add_tokens(directory, tokens) if tokens else None
+    _write_public(directory / ACLS_FILE, starter_acls(bundles, tokens).encode())
     return Issued(directory / CA_FILE, bundles, written)
+
+
+ACLS_FILE = "acls.json"
+
+
+def starter_acls(principals: Iterable[str], tokens: Iterable[str] = ()) -> str:
+    """ACLs (`mesolite master --acls`, format in master/acl.py) for the principals
+    `init_cluster` made: only the agent registers agents, and registers no framework;
+    the others register frameworks in any role, view the state, and read their own
+    tasks' output (`admin` every task's). Edit it to give teams their roles."""
+    agents = [AGENT]
+    others = sorted({*principals, *tokens} - {MASTER, AGENT})
+    sandboxes: list[dict[str, object]] = [
+        {"principals": {"values": [p]}, "framework_principals": {"values": [p]}}
+        for p in others
+        if p != "admin"
+    ]
+    if "admin" in others:
+        sandboxes.insert(
+            0, {"principals": {"values": ["admin"]}, "framework_principals": {"type": "ANY"}}
+        )
+    acls = {
+        "register_frameworks": [
+            {"principals": {"values": agents}, "roles": {"type": "NONE"}},
+            {"principals": {"type": "ANY"}, "roles": {"type": "ANY"}},
+        ],
+        "register_agents": [{"principals": {"values": agents}}],
+        "view_state": [{"principals": {"values": others}}] if others else [],
+        "access_sandboxes": sandboxes,
+    }
+    return json.dumps(acls, indent=2) + "\n"
 
 
 def issue(
@@ -241,6 +276,8 @@ def _issue(
     hosts: Sequence[str],
     days: int,
 ) -> Path:
+    if principal != MASTER and MASTER_SERVER_NAME in hosts:
+        raise CertificateError(f"only the master's certificate may name {MASTER_SERVER_NAME}")
     key = ec.generate_private_key(ec.SECP256R1())
     cert = _leaf_certificate(ca_key, ca_cert, key, principal, hosts, days)
     bundle = directory / principal

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 import grpc.aio
 
-from mesolite.tls import TlsConfig, TlsError
+from mesolite.tls import MASTER_SERVER_NAME, TlsConfig, TlsError
 
 _MB = 1024 * 1024
 
@@ -64,9 +64,10 @@ def create_server(interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> gr
 def create_channel(
     target: str, tls: TlsConfig | None = None, token: str | None = None
 ) -> grpc.aio.Channel:
-    """A channel to `target` (HOST:PORT): plaintext without `tls`; with it, the server is
-    verified against `tls.ca` (and its name against the certificate's), `tls.cert` is
-    presented, and `token` is sent as a bearer token on every call."""
+    """A channel to the master at `target` (HOST:PORT): plaintext without `tls`; with it,
+    the server must hold a certificate from `tls.ca` naming `MASTER_SERVER_NAME` (only the
+    master's does), `tls.cert` is presented, and `token` is sent as a bearer token on
+    every call."""
     if tls is None:
         if token is not None:
             raise TlsError("a bearer token is sent only over TLS: give the CA to verify with")
@@ -79,7 +80,9 @@ def create_channel(
         credentials = grpc.composite_channel_credentials(
             credentials, grpc.access_token_call_credentials(token)
         )
-    return grpc.aio.secure_channel(target, credentials, options=_CLIENT_OPTIONS)
+    # The master is known by a name only its certificate holds, wherever it is dialled.
+    options = [*_CLIENT_OPTIONS, ("grpc.ssl_target_name_override", MASTER_SERVER_NAME)]
+    return grpc.aio.secure_channel(target, credentials, options=options)
 
 
 def bind(

@@ -33,6 +33,10 @@ CA_FILE = "ca.crt"
 CERT_FILE = "tls.crt"
 KEY_FILE = "tls.key"
 TOKEN_FILE = "token"
+# A name only the master's certificate holds: gRPC clients check it (not only the CA and
+# the address dialled), so an agent's certificate, a server certificate for loopback
+# names too, cannot pose as the master.
+MASTER_SERVER_NAME = "mesolite-master"
 
 
 class TlsError(MesoliteError):

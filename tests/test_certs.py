@@ -130,6 +130,7 @@ def test_certs_init_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     code = main(["certs", "init", str(tmp_path / "c"), "--principal", "team-a", "--token", "ci"])
     assert code == 0
     assert {p.name for p in (tmp_path / "c").iterdir()} == {
+        "acls.json",
         "ca.crt",
         "ca.key",
         "credentials",
@@ -362,3 +363,24 @@ def test_secret_files_are_never_group_readable(tmp_path: Path) -> None:
     finally:
         os.umask(old)
     assert stat.S_IMODE((tmp_path / "c" / "agent" / "tls.key").stat().st_mode) == 0o600
+
+
+def test_certs_init_writes_starter_acls_that_keep_each_principal_to_its_part(
+    tmp_path: Path,
+) -> None:
+    """With TLS and no ACL file every authenticated principal may do everything (an
+    outside review registered a framework's certificate as an agent): `certs init`
+    writes ACLs to start from."""
+    from mesolite.master.acl import Action, load_acls
+
+    certs.init_cluster(tmp_path / "c", principals=["framework", "admin"], tokens=["ci"])
+    acls = load_acls(tmp_path / "c" / "acls.json")
+    assert acls.allows(Action.REGISTER_AGENTS, "agent")
+    for principal in ("framework", "admin", "ci", None):
+        assert not acls.allows(Action.REGISTER_AGENTS, principal)
+    assert not acls.allows(Action.REGISTER_FRAMEWORKS, "agent", "*")
+    assert acls.allows(Action.REGISTER_FRAMEWORKS, "framework", "any/role")
+    assert acls.allows(Action.VIEW_STATE, "ci") and not acls.allows(Action.VIEW_STATE, "agent")
+    assert acls.allows(Action.ACCESS_SANDBOXES, "admin", "framework")
+    assert acls.allows(Action.ACCESS_SANDBOXES, "framework", "framework")
+    assert not acls.allows(Action.ACCESS_SANDBOXES, "framework", "ci")

@@ -543,7 +543,7 @@ def test_an_end_applied_before_the_restart_is_not_answered_lost_first(
     again = new.resubscribe(fw)
     new.master.reconcile(again.framework_id, ["t1"])
     assert new.updates(again) == []  # t1's agent is still re-registering
-    back = new.add_agent(agent_id=agent.agent_id, running=(new.running(fw, spec),))
+    back = new.add_agent(agent_id=agent.agent_id, running=(ended(fw, spec),))
     new.master.status_update(back.agent_id, end)  # the agent re-sends the end
     assert [(s.task_id, s.state) for s in new.updates(again)] == [("t1", TaskState.FINISHED)]
     new.master.reconcile(again.framework_id, ["t1", "never"])

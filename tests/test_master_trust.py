@@ -21,6 +21,7 @@ from mesolite.master.acl import Action
 from mesolite.master.errors import CallRejected, Refusal, RegistrationRefused
 from mesolite.model import (
     FrameworkInfo,
+    RunningTask,
     StatusSource,
     TaskSpec,
     TaskState,
@@ -504,3 +505,133 @@ def test_an_end_whose_agent_is_removed_is_told_by_the_master(core: CoreHarness) 
     core.master.remove_agent(agent.agent_id, "test")
     [end] = [u for u in core.updates(fw) if u.task_id == "t1"]
     assert (end.state, end.source) == (TaskState.FINISHED, StatusSource.MASTER)
+
+
+def test_one_principal_cannot_take_every_framework_slot() -> None:
+    """Outside review: one team subscribed every framework the master allows, with a
+    failover timeout of a year, and locked the others out."""
+    config = dataclasses.replace(CONFIG, max_frameworks=10, max_frameworks_per_principal=3)
+    core = CoreHarness(config)
+    for _ in range(3):
+        core.subscribe(principal="team-a", failover=validation.MAX_FAILOVER_TIMEOUT)
+    error = refused(Refusal.PRECONDITION, lambda: core.subscribe(principal="team-a"))
+    assert "'team-a' has 3 frameworks" in str(error)
+    core.subscribe(principal="team-b")  # the others still may
+
+
+def test_removed_agents_are_remembered_up_to_a_bound() -> None:
+    core = CoreHarness(dataclasses.replace(CONFIG, max_removed_agents=2))
+    agents = [core.add_agent() for _ in range(3)]
+    for agent in agents:
+        core.master.remove_agent(agent.agent_id, "test")
+    assert list(core.master.removed_agents) == [a.agent_id for a in agents[1:]]
+    assert [a.agent_id for a in core.registry.agents()] == [a.agent_id for a in agents[1:]]
+    # The forgotten one, back, is unknown: told to register anew, as a removed one is.
+    refused(Refusal.PRECONDITION, lambda: core.add_agent(agent_id=agents[0].agent_id))
+
+
+def test_an_acknowledgement_goes_only_to_the_frameworks_own_tasks_agent(
+    core: CoreHarness,
+) -> None:
+    """Outside review: a framework flooded another principal's agent with
+    acknowledgements of updates it never had, until the agent's outbox overflowed."""
+    fw, agent, _ = running_task(core)
+    other = core.subscribe("other", principal="team-b")
+    [update_id] = [
+        u for u in core.master.frameworks[fw.framework_id].tasks["t1"].applied_updates
+    ]
+    for framework, task_id, update in [
+        (other, "t1", update_id),  # not its task
+        (fw, "t1", "made-up"),  # not an update it was sent
+        (fw, "nope", update_id),  # not a task
+    ]:
+        with pytest.raises(CallRejected):
+            core.master.acknowledge(framework.framework_id, agent.agent_id, task_id, update)
+    assert agent.peer.take(msg.AcknowledgeUpdate) == []
+    core.master.acknowledge(fw.framework_id, agent.agent_id, "t1", update_id)
+    assert len(agent.peer.take(msg.AcknowledgeUpdate)) == 1
+
+
+def test_names_hold_no_control_characters(core: CoreHarness) -> None:
+    """Outside review: a name with terminal escapes reached the log and the CLI raw."""
+    for name in ("x\x1b]0;pwned\x07", "a\nb", "zero\u200bwidth"):
+        refused(
+            Refusal.INVALID, lambda n=name: core.master.subscribe(
+                FrameworkInfo(n, "*", 0.0), RecordingPeer()
+            )
+        )
+    refused(Refusal.INVALID, lambda: core.add_agent(hostname="h\x1b[2J"))
+
+
+def test_an_ended_task_keeps_no_command_or_environment(core: CoreHarness) -> None:
+    fw = core.subscribe()
+    agent = core.add_agent()
+    [offer] = core.allocate_for(fw)
+    resources = Resources.parse("cpus:1;mem:64")
+    spec = TaskSpec("t1", "secret command", resources, environment={"K": "v"})
+    core.master.accept(fw.framework_id, [offer.offer_id], [spec], refuse_seconds=0)
+    core.update(agent, fw, "t1", TaskState.FINISHED)
+    [ended] = core.master.frameworks[fw.framework_id].completed
+    assert (ended.spec.command, ended.spec.environment) == ("", {})
+    assert ended.spec.resources == spec.resources
+
+
+def test_an_agent_cannot_plant_a_task_in_another_principals_framework(
+    core: CoreHarness,
+) -> None:
+    """Outside review: an agent re-registered reporting a task of team A's framework
+    that the master never placed; it was adopted, charged to team A, and its updates
+    shown to team A. Now it is killed and taken into no record."""
+    fw, agent, _ = running_task(core)
+    planted = RunningTask(
+        fw.framework_id, TaskSpec("planted", "x", Resources.parse("cpus:1")), TaskState.RUNNING
+    )
+    before = core.master.allocator.agent_allocated(agent.agent_id)
+    core.master.disconnect_agent(agent.agent_id, agent.peer)
+    back = core.add_agent(agent_id=agent.agent_id, running=(planted,), principal="agent-1")
+    assert back.peer.take(msg.KillTask) == [msg.KillTask(fw.framework_id, "planted")]
+    framework = core.master.frameworks[fw.framework_id]
+    assert "planted" not in framework.tasks and "planted" not in framework.completed_by_id
+    assert core.master.allocator.agent_allocated(agent.agent_id) == before - Resources.parse(
+        "cpus:1;mem:128"
+    )  # t1, not reported, is LOST: only what the master placed counts
+    rogue = TaskStatus("planted", fw.framework_id, agent.agent_id, TaskState.FAILED, update_id="p")
+    core.master.status_update(agent.agent_id, rogue)
+    assert [u.task_id for u in core.updates(fw)] == ["t1"]  # t1's LOST, nothing planted
+
+
+def test_after_a_restart_only_tasks_the_registry_placed_are_adopted(core: CoreHarness) -> None:
+    fw, agent, spec = running_task(core)
+    planted = RunningTask(
+        fw.framework_id, TaskSpec("planted", "x", Resources.parse("cpus:1")), TaskState.RUNNING
+    )
+    new = core.restart()
+    back = new.add_agent(
+        agent_id=agent.agent_id, running=(new.running(fw, spec), planted), principal="agent-1"
+    )
+    assert back.peer.take(msg.KillTask) == [msg.KillTask(fw.framework_id, "planted")]
+    assert set(new.master.frameworks[fw.framework_id].tasks) == {"t1"}
+
+
+def test_stand_ins_for_unknown_frameworks_count_against_the_framework_limit() -> None:
+    core = CoreHarness(dataclasses.replace(CONFIG, max_frameworks=3))
+    agent = core.add_agent("cpus:8;mem:4096")
+    new = core.restart()
+    tiny = TaskSpec("t", "x", Resources.parse("cpus:0.1"))
+    ghosts = tuple(RunningTask(f"ghost-{i}", tiny, TaskState.RUNNING) for i in range(5))
+    back = new.add_agent("cpus:8;mem:4096", agent_id=agent.agent_id, running=ghosts)
+    assert len(new.master.frameworks) == 3
+    assert len(back.peer.take(msg.KillTask)) == 5  # three stand-ins' tasks, two unplaced
+
+
+def test_new_acls_end_the_streams_they_no_longer_allow(tmp_path: Path) -> None:
+    """Outside review: an ACL change on SIGHUP applied to new calls only."""
+    core = with_acls(tmp_path, ACLS)
+    fw = core.subscribe(role="a", principal="team-a")
+    other = core.subscribe(role="b", principal="team-b")
+    agent = core.add_agent(principal="agent-1")
+    narrower = {**ACLS, "register_frameworks": ACLS["register_frameworks"][1:]}
+    (tmp_path / "acls.json").write_text(json.dumps(narrower))
+    assert core.master.reload_acls() is True
+    assert fw.peer.closed and not other.peer.closed and not agent.peer.closed
+    refused(Refusal.FORBIDDEN, lambda: core.resubscribe(fw, principal="team-a"))

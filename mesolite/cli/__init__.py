@@ -9,6 +9,13 @@
 
 from __future__ import annotations
 
+import os
+
+# grpcio logs every failed TLS handshake at INFO: anyone who can reach a port could
+# grow the log without bound (an outside review measured 4.5 MB/s). Set before grpc
+# is first imported: `mesolite` and `python -m mesolite.cli` import this package first.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 from mesolite.cli._args import build_parser
 from mesolite.cli._main import main
 

@@ -41,10 +41,11 @@ def _print_bundles(directory: Path, bundles: dict[str, Path], credentials: Path 
         print(f"  {name:<12} {bundle}/   (principal {name!r})")
     if credentials is not None:
         print(f"  tokens       {credentials} (for the master), each in DIR/<name>/token")
+    print(f"  ACLs         {directory}/acls.json (edit it: which principal may do what)")
     tokens = f" --credentials {credentials} --token-port 5052" if credentials else ""
     print(
         "then:\n"
-        f"  mesolite master --tls-dir {bundles['master']}{tokens}\n"
+        f"  mesolite master --tls-dir {bundles['master']}{tokens} --acls {directory}/acls.json\n"
         f"  mesolite agent --master 127.0.0.1:5050 --tls-dir {bundles['agent']}\n"
         f"  mesolite state --master 127.0.0.1:5051 --tls-dir {directory}/admin"
     )
