@@ -25,6 +25,7 @@ import json
 import os
 import re
 import time
+import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, contextmanager
 from dataclasses import dataclass
@@ -123,6 +124,12 @@ def kept_problems(master: Master) -> list[str]:
         if not validation.ID.fullmatch(value):
             problems.append(f"{what} {validation.clip(value)!r} is not a plain id")
 
+    def text(what: str, value: str) -> None:
+        # Free text an operator reads holds no control or format characters (newlines
+        # forge log lines, escapes drive terminals, U+202E reverses what follows).
+        if any(unicodedata.category(c) in ("Cc", "Cf") for c in value):
+            problems.append(f"{what} {value!r} holds control characters")
+
     def resources(what: str, names: Sequence[str]) -> None:
         if len(names) > validation.MAX_RESOURCE_NAMES:
             problems.append(f"{what} has {len(names)} resource names")
@@ -134,10 +141,12 @@ def kept_problems(master: Master) -> list[str]:
         plain_id("framework id", framework.framework_id)
         if len(framework.info.name) > validation.MAX_NAME:
             problems.append(f"framework {framework.framework_id} has a name that long")
+        text(f"framework {framework.framework_id}'s name", framework.info.name)
         if not is_valid_role(framework.info.role):
             problems.append(f"framework {framework.framework_id} has role {framework.info.role!r}")
         for task in (*framework.tasks.values(), *framework.completed):
             plain_id("task id", task.spec.task_id)
+            text(f"task {task.spec.task_id}'s name", task.spec.name)
             resources(f"task {task.spec.task_id!r}", list(task.spec.resources))
     for agent in master.agents.values():
         plain_id("agent id", agent.agent_id)
@@ -145,6 +154,13 @@ def kept_problems(master: Master) -> list[str]:
             problems.append(f"agent {agent.agent_id} has a hostname that long")
         if max(len(agent.isolation), len(agent.task_user)) > validation.MAX_NAME:
             problems.append(f"agent {agent.agent_id} has an isolation or task user that long")
+        for what, value in (
+            ("hostname", agent.hostname),
+            ("isolation", agent.isolation),
+            ("task user", agent.task_user),
+            *((f"attribute {k!r}", f"{k}={v}") for k, v in agent.attributes.items()),
+        ):
+            text(f"agent {agent.agent_id}'s {what}", value)
         if len(agent.attributes) > validation.MAX_ATTRIBUTES:
             problems.append(f"agent {agent.agent_id} has {len(agent.attributes)} attributes")
         resources(f"agent {agent.agent_id}", list(agent.total))
