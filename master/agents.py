@@ -255,7 +255,7 @@ class AgentHandling(MasterCore):
                 self._adopt_task(agent, rt)  # ended ones hold nothing (rule 9)
             elif gone and len(self.frameworks) < self.config.max_frameworks:
                 self._adopt_task(agent, rt)  # under a stand-in, then killed (rule 4)
-            else:  # a live task the registry never placed here, of a known framework
+            else:  # live, never placed here by the registry (or no room for a stand-in)
                 unplaced += self._unplaced(agent, rt)
         reported = {(rt.framework_id, rt.task.task_id) for rt in running}
         lost = [e for e in expected if (e.framework_id, e.task.task_id) not in reported]
