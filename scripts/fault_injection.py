@@ -30,6 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mesolite.logs import configure
 from tests.chaos import run_chaos
+from tests.support.cgroups import TEST_CGROUPS_ROOT, remove_tree
 
 FIGURES = (
     "silently_lost",
@@ -116,7 +117,10 @@ def main() -> int:
     seeds = args.seeds if args.seeds else list(range(args.runs))
     done = {run["seed"] for run in load(args.out)} if args.out else set()
     seeds = [s for s in seeds if s % n == k and s not in done]
-    return asyncio.run(main_async(seeds, args.faults, args.out, args.keep_failed))
+    try:
+        return asyncio.run(main_async(seeds, args.faults, args.out, args.keep_failed))
+    finally:
+        remove_tree(TEST_CGROUPS_ROOT)  # the agents' task cgroups, as the test session does
 
 
 if __name__ == "__main__":
