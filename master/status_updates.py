@@ -119,8 +119,11 @@ class StatusUpdateHandling(MasterCore):
         task = framework.tasks.get(status.task_id)
         if task is not None:
             placed = {task.agent_id}
-        else:  # ended: a task id may have been used again, on another agent
+        elif status.task_id in framework.completed_by_id:
+            # Ended: a task id may have been used again, on another agent.
             placed = {t.agent_id for t in framework.completed if t.spec.task_id == status.task_id}
+        else:
+            placed = set()
         if placed and agent_id not in placed:
             return f"the task was placed on agent {', '.join(sorted(placed))}"
         return None
@@ -197,10 +200,9 @@ class StatusUpdateHandling(MasterCore):
                 framework.outbox.send(msg.Update(self._latest_status(task)))
             log.info("reconciled", framework_id=framework_id, tasks=len(framework.tasks))
             return
-        completed = {t.spec.task_id: t for t in framework.completed}
         unanswered = []
         for task_id in task_ids:
-            known = framework.tasks.get(task_id) or completed.get(task_id)
+            known = framework.tasks.get(task_id) or self._completed_task(framework, task_id)
             if known is not None and known.end_pending:
                 # Its own updates, the end last, are on their way from its agent:
                 # an answer now would show the end before them.
