@@ -3,10 +3,12 @@
 Pure: parsing and decisions, no I/O but `load_acls` reading the file. The master
 asks `Acls.allows(action, principal, object)`; where each action is checked:
 
-    register_frameworks   SUBSCRIBE (and re-subscribe), object: the framework's role
+    register_frameworks   SUBSCRIBE (and re-subscribe), and submitting a workload
+                          (`mesolite run`, POST /workloads), object: the role
     register_agents       agent REGISTER (and re-register); no object
-    teardown_frameworks   an operator's teardown of another principal's framework,
-                          object: the framework's principal
+    teardown_frameworks   an operator's teardown of another principal's framework, and
+                          stopping another principal's workload (`mesolite stop`),
+                          object: the framework's (the workload's) principal
     view_state            GET /state, /metrics, /events and the web UI; no object
     access_sandboxes      a task's stdout/stderr through the master,
                           object: the principal of the task's framework

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import ssl
+from collections.abc import Callable, Sequence
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -31,6 +32,7 @@ from mesolite.master.master import Master
 from mesolite.master.read_model import agent_snapshot, build_snapshot
 from mesolite.master.snapshot_document import SnapshotDocument
 from mesolite.master.ui_routes import StreamLimits, setup_ui
+from mesolite.snapshot import ClusterSnapshot, WorkloadViews
 
 MASTER_KEY = web.AppKey("master", Master)
 STATE_KEY = web.AppKey("state_document", SnapshotDocument)
@@ -56,13 +58,17 @@ def create_app(
     guard: Guard | None = None,
     authn: Authenticator | None = None,
     sandbox_ssl: ssl.SSLContext | None = None,
+    routes: Sequence[Route] = (),
+    workloads: Callable[[], WorkloadViews] | None = None,
 ) -> web.Application:
     """The master's HTTP app. `allowed_hosts`: the Host headers it answers (default: the
     local names only); `authn`: who sends each request (default: authentication off,
     every request anonymous); `guard`: who may do what (`master.http_access`; default:
     the master's ACLs, for the principal `authn` found). `sandbox_ssl`, when given, is
     how the sandbox proxy reaches the agents: HTTPS, verified against the cluster's CA,
-    presenting the master's certificate.
+    presenting the master's certificate. `routes` are served beside the master's own,
+    checked the same way (the built-in workloads' submissions); `workloads` gives the
+    jobs and services every snapshot shows.
     /events streams are limited by `master.config` (`event_streams*`)."""
     config = master.config
     authn = authn or Authenticator(enabled=False)
@@ -74,22 +80,26 @@ def create_app(
         ]
     )
     app[MASTER_KEY] = master
-    snapshot = functools.partial(build_snapshot, master)
+
+    def snapshot() -> ClusterSnapshot:
+        return build_snapshot(master, workloads=workloads() if workloads else ((), ()))
+
     app[STATE_KEY] = SnapshotDocument(snapshot)
     app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
-    routes = [
+    served = [
         Route("/state", _state, Action.VIEW_STATE),
         Route("/metrics", _metrics, Action.VIEW_STATE),
         # GET / (the web UI), /events, task sandboxes
         *setup_ui(
             app,
-            snapshot=functools.partial(build_snapshot, master),
+            snapshot=snapshot,
             agent=functools.partial(agent_snapshot, master),
             limits=StreamLimits(
                 total=config.event_streams, per_client=config.event_streams_per_client
             ),
             sandbox_ssl=sandbox_ssl,
         ),
+        *routes,
     ]
-    add_routes(app, routes, guard or acl_guard(master, authn.request_principal))
+    add_routes(app, served, guard or acl_guard(master, authn.request_principal))
     return app

@@ -6,10 +6,12 @@ adds them all with `add_routes`, and `check_permission`, a middleware, calls
 the app's `Guard` with the matched route's action before the handler runs. A
 route added without an action is refused (403), never served unchecked.
 
-    | route                                          | action           |
-    | GET /  GET /ui/{name}  GET /state  GET /events | view_state       |
-    | GET /metrics                                   | view_state       |
-    | GET /agents/{a}/sandbox/{f}/{t}/{file}         | access_sandboxes |
+    | route                                          | action              |
+    | GET /  GET /ui/{name}  GET /state  GET /events | view_state          |
+    | GET /metrics                                   | view_state          |
+    | GET /agents/{a}/sandbox/{f}/{t}/{file}         | access_sandboxes    |
+    | POST /workloads (mesolite.workloads.http)      | register_frameworks |
+    | POST /workloads/{name}/stop                    | teardown_frameworks |
 
 The guard decides: it returns the request's principal (None for an anonymous
 client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
@@ -18,8 +20,11 @@ client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
 token, and with TLS a request without either never gets here; without TLS every
 request is anonymous, which ACLs allow only where they say ANY, and without an
 ACL file everything is allowed). For `access_sandboxes`
-the object is the principal of the framework named in the path. Handlers read
-the principal with `principal(request)`: /events counts its streams per principal.
+the object is the principal of the framework named in the path; a route that
+declares `object_of` gives its own (a submitted workload's role, a workload's
+owner). A `teardown_frameworks` of what the caller itself owns needs no ACL entry
+(the action is for ending another principal's). Handlers read the principal with
+`principal(request)`: /events counts its streams per principal.
 """
 
 from __future__ import annotations
@@ -40,12 +45,18 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 
+ObjectOf = Callable[[web.Request], Awaitable[str | None]]
+"""The ACL object of a request (a role, an owner's principal), read from it; may raise an
+HTTP error (400 for a body it cannot read, 404 for a name it does not know)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Route:
     path: str
     handler: Handler
     action: Action
     method: str = "GET"
+    object_of: ObjectOf | None = None
 
 
 Guard = Callable[[web.Request, Action], Awaitable[str | None]]
@@ -72,9 +83,14 @@ def acl_guard(
     async def guard(request: web.Request, action: Action) -> str | None:
         who = principal_of(request)
         obj = None
-        if action is Action.ACCESS_SANDBOXES:
+        route_object = request.app.get(_OBJECTS, {}).get(request.match_info.route.resource)
+        if route_object is not None:
+            obj = await route_object(request)
+        elif action is Action.ACCESS_SANDBOXES:
             framework = master.frameworks.get(request.match_info.get("framework_id", ""))
             obj = framework.principal if framework is not None else None
+        if action is Action.TEARDOWN_FRAMEWORKS and obj == who:
+            return who  # one's own
         if not master.authorized(action, who, obj):
             if who is None:
                 raise web.HTTPUnauthorized(text="authenticate first: anonymous clients may not")
@@ -85,6 +101,7 @@ def acl_guard(
 
 
 _ACTIONS = web.AppKey("route_actions", dict[web.AbstractResource, Action])
+_OBJECTS = web.AppKey("route_objects", dict[web.AbstractResource | None, ObjectOf])
 _GUARD: web.AppKey[Guard] = web.AppKey("route_guard")
 _PRINCIPAL = web.RequestKey("principal", str)
 
@@ -92,11 +109,14 @@ _PRINCIPAL = web.RequestKey("principal", str)
 def add_routes(app: web.Application, routes: Iterable[Route], guard: Guard) -> None:
     """Serve `routes` on `app`, each checked by `guard` (with `check_permission`)."""
     actions = app.setdefault(_ACTIONS, {})
+    objects = app.setdefault(_OBJECTS, {})
     app[_GUARD] = guard
     for route in routes:
         resource = app.router.add_resource(route.path)
         resource.add_route(route.method, route.handler)
         actions[resource] = route.action
+        if route.object_of is not None:
+            objects[resource] = route.object_of
 
 
 def principal(request: web.Request) -> str | None:
@@ -126,6 +146,7 @@ async def check_permission(request: web.Request, handler: Handler) -> web.Stream
 
 __all__ = [
     "Guard",
+    "ObjectOf",
     "Route",
     "acl_guard",
     "action_of",

@@ -48,6 +48,7 @@ from mesolite.snapshot import (
     RoleSnapshot,
     TaskSnapshot,
     TaskUsageSnapshot,
+    WorkloadViews,
 )
 
 if TYPE_CHECKING:
@@ -59,8 +60,12 @@ COMPLETED_TASKS_SHOWN = 50
 _DRF = DRFPolicy()
 
 
-def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapshot:
-    """The cluster now. `now` is on the master's clock (tests move it to see health age)."""
+def build_snapshot(
+    master: Master, *, now: float | None = None, workloads: WorkloadViews = ((), ())
+) -> ClusterSnapshot:
+    """The cluster now. `now` is on the master's clock (tests move it to see health age).
+    `workloads`: the jobs and services of the built-in frameworks beside the master (they
+    are not the master's to know: `MasterServer(workloads=...)` asks them)."""
     now = master.now() if now is None else now
     total = master.allocator.total
     offers = tuple(_offer(o.offer) for o in master.offers.values())
@@ -98,6 +103,8 @@ def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapsh
         tasks=tasks,
         removed_agents=tuple(sorted(master.removed_agents)),
         completed_tasks=_recently_ended(master.frameworks.values()),
+        jobs=workloads[0],
+        services=workloads[1],
     )
 
 

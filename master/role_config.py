@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import math
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -65,6 +64,7 @@ from typing import Any, NoReturn
 from mesolite.master.errors import MasterError
 from mesolite.model import DEFAULT_ROLE
 from mesolite.resources import Resources
+from mesolite.toml_files import KeyLines, TomlFileError, is_finite_number, read_toml
 
 __all__ = [
     "DEFAULT_ROLE",
@@ -85,19 +85,11 @@ _MAX_AMOUNT = 1e15  # the largest amount Resources accept
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
 _RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*")
-_TOML_POSITION = re.compile(r"\(at line (\d+), column \d+\)")
 _ROLE_KEYS = ("weight", "guarantee", "limit")
 
 
-class RolesConfigError(MasterError, ValueError):
+class RolesConfigError(MasterError, TomlFileError):
     """An invalid roles file; the message reads `SOURCE:LINE: problem`."""
-
-    def __init__(self, source: str, line: int | None, problem: str) -> None:
-        self.source = source
-        self.line = line
-        self.problem = problem
-        where = source if line is None else f"{source}:{line}"
-        super().__init__(f"{where}: {problem}")
 
 
 # Role paths --------------------------------------------------------------------
@@ -239,20 +231,13 @@ def load_roles(path: Path) -> RolesConfig:
 
 def parse_roles(text: str, source: str = "<roles>") -> RolesConfig:
     """Parse roles TOML; raises `RolesConfigError` naming `source` and the line."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
-        found = _TOML_POSITION.search(str(e))
-        raise RolesConfigError(
-            source, int(found[1]) if found else None, f"invalid TOML: {e}"
-        ) from None
-    return _Parser(text, source).parse(data)
+    return _Parser(text, source).parse(read_toml(text, source, RolesConfigError))
 
 
 class _Parser:
     def __init__(self, text: str, source: str) -> None:
         self.source = source
-        self.lines = _KeyLines(text)
+        self.lines = KeyLines(text)
 
     def fail(self, keys: tuple[str, ...], problem: str) -> NoReturn:
         raise RolesConfigError(self.source, self.lines.find(keys), problem)
@@ -295,7 +280,7 @@ class _Parser:
                     hint = f' (for a child role write [roles."{path}/{key}"])'
                 self.fail((*where, key), f"role {path!r}: unknown key {key!r}{hint}")
         weight = body.get("weight", 1.0)
-        if not _is_number(weight) or weight < 0:
+        if not is_finite_number(weight) or weight < 0:
             self.fail(
                 (*where, "weight"),
                 f"role {path!r}: weight must be a finite number >= 0, got {weight!r}",
@@ -329,7 +314,7 @@ class _Parser:
                     self.fail(at, f"role {path!r}: {kind} {name} = {value!r} is above 100%")
                 out[name] = Amount(percent, percent=True)
             elif isinstance(value, int | float) and not isinstance(value, bool):
-                if not _is_number(value) or not 0 <= value <= _MAX_AMOUNT:
+                if not is_finite_number(value) or not 0 <= value <= _MAX_AMOUNT:
                     self.fail(
                         at,
                         f"role {path!r}: {kind} {name} = {value!r} must be a finite number"
@@ -354,16 +339,6 @@ class _Parser:
                     )
 
 
-def _is_number(value: object) -> bool:
-    """A finite int or float (TOML ints may be too big for a float; bools are not numbers)."""
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return False
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
-
-
 def _exceeds(promised: Amount, cap: Amount) -> bool:
     """True when `promised` is above `cap` whatever the cluster size; mixed kinds never are."""
     if promised.percent != cap.percent:
@@ -371,78 +346,3 @@ def _exceeds(promised: Amount, cap: Amount) -> bool:
     if promised.percent:
         return _exact(promised.value) > _exact(cap.value)
     return round(promised.value * _SCALE) > round(cap.value * _SCALE)
-
-
-# Line numbers for errors -------------------------------------------------------
-
-_BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
-_BASIC_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
-_LITERAL_STRING = re.compile(r"'[^']*'")
-
-
-class _KeyLines:
-    """The line where each dotted key (and each prefix of it) first appears.
-
-    tomllib returns plain dicts without positions, so a semantic error is
-    placed by scanning the text: table headers (`[roles."a/b"]`) set the
-    current table and `key = value` lines add their dotted key to it. A key
-    inside an inline table (`guarantee = { cpus = 8 }`) is found through its
-    longest recorded prefix, which is on the same line. Multi-line strings are
-    not tracked: the only strings a valid role holds are percentages, so a
-    line inside one never looks like a header or a key. The worst a stranger
-    layout can do is point at the role's header or give no line.
-    """
-
-    def __init__(self, text: str) -> None:
-        self._first: dict[tuple[str, ...], int] = {}
-        table: tuple[str, ...] = ()
-        for number, raw in enumerate(text.splitlines(), start=1):
-            line = raw.strip()
-            if line.startswith("["):
-                parsed = _dotted_key(line.lstrip("["))
-                if parsed is not None and parsed[1].startswith("]"):
-                    table = parsed[0]
-                    self._record(table, number)
-                continue
-            parsed = _dotted_key(line)
-            if parsed is not None and parsed[1].startswith("="):
-                self._record(table + parsed[0], number)
-
-    def _record(self, keys: tuple[str, ...], number: int) -> None:
-        for end in range(1, len(keys) + 1):
-            self._first.setdefault(keys[:end], number)
-
-    def find(self, keys: tuple[str, ...]) -> int | None:
-        for end in range(len(keys), 0, -1):
-            number = self._first.get(keys[:end])
-            if number is not None:
-                return number
-        return None
-
-
-def _dotted_key(text: str) -> tuple[tuple[str, ...], str] | None:
-    """Split `a."b/c".d = 1` into (("a", "b/c", "d"), "= 1"); None if no key starts it."""
-    keys: list[str] = []
-    rest = text
-    while True:
-        rest = rest.lstrip()
-        for pattern in (_BASIC_STRING, _LITERAL_STRING, _BARE_KEY):
-            match = pattern.match(rest)
-            if match is not None:
-                break
-        else:
-            return None
-        token = match[0]
-        if pattern is _BARE_KEY:
-            keys.append(token)
-        elif pattern is _LITERAL_STRING:
-            keys.append(token[1:-1])
-        else:
-            try:  # let tomllib undo the escapes
-                keys.append(tomllib.loads(f"k = {token}")["k"])
-            except tomllib.TOMLDecodeError:
-                return None
-        rest = rest[match.end() :].lstrip()
-        if not rest.startswith("."):
-            return tuple(keys), rest
-        rest = rest[1:]

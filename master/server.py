@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import TracebackType
 
 import grpc.aio
@@ -29,11 +29,12 @@ from mesolite.http_hosts import AllowedHosts
 from mesolite.master.authn import Authenticator
 from mesolite.master.effects import AsyncioTimers
 from mesolite.master.http import create_app
+from mesolite.master.http_access import Route
 from mesolite.master.master import Master, MasterConfig
 from mesolite.master.read_model import build_snapshot
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
 from mesolite.master.stream_limits import GrpcStreamLimits
-from mesolite.snapshot import ClusterSnapshot
+from mesolite.snapshot import ClusterSnapshot, WorkloadViews
 from mesolite.tls import TlsError, check_listen
 from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
 
@@ -49,8 +50,15 @@ class MasterServer:
         http_port: int = 0,
         clock: Callable[[], float] = time.monotonic,
         token_port: int | None = None,
+        routes: Sequence[Route] = (),
+        workloads: Callable[[], WorkloadViews] | None = None,
     ) -> None:
+        """`routes`: HTTP routes served beside the master's own, checked by its ACLs like
+        them; `workloads`: the jobs and services every snapshot shows (both from the
+        built-in workload frameworks run beside the master, `mesolite.workloads`)."""
         self.config = config
+        self._routes = tuple(routes)
+        self._workloads = workloads
         self._clock = clock  # the master's timeouts run on it (tests may skip ahead)
         self.host = host
         self._port = port
@@ -86,7 +94,9 @@ class MasterServer:
         """The cluster now, as GET /state shows it (call on the server's event loop)."""
         if self.master is None:
             raise RuntimeError("the master server has not started")
-        return build_snapshot(self.master)
+        return build_snapshot(
+            self.master, workloads=self._workloads() if self._workloads else ((), ())
+        )
 
     async def start(self) -> None:
         tls = self.config.tls
@@ -123,6 +133,8 @@ class MasterServer:
             authn=authn,
             # The master reads the agents' sandboxes over HTTPS, as the principal it is.
             sandbox_ssl=tls.client_context() if tls else None,
+            routes=self._routes,
+            workloads=self._workloads,
         )
         self._http = web.AppRunner(app, access_log=None)
         await self._http.setup()

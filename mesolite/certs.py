@@ -5,6 +5,7 @@
     DIR/ca.crt  DIR/ca.key           the cluster's CA (keep ca.key off the cluster's machines)
     DIR/master/ca.crt tls.crt tls.key    the master's bundle: its server and client certificate
     DIR/agent/...                    one bundle per principal: `--tls-dir DIR/<name>`
+    DIR/workloads/...                the master's built-in job and service frameworks
     DIR/<principal>/token            with `--token NAME`: a bearer token (no certificate)
     DIR/credentials                  with `--token NAME`: the master's hashed tokens
 
@@ -43,6 +44,9 @@ CA_KEY_FILE = "ca.key"
 CREDENTIALS_FILE = "credentials"
 MASTER = "master"
 AGENT = "agent"
+# The master's built-in job and service frameworks (mesolite/workloads/): a client of the
+# master's own gRPC port, with a certificate of its own like any framework.
+WORKLOADS = "workloads"
 DEFAULT_PRINCIPALS = ("framework", "admin")
 # Principals whose certificate also serves TLS (the master's ports, the agent's sandboxes).
 SERVERS = frozenset({MASTER, AGENT})
@@ -85,8 +89,9 @@ def init_cluster(
     tokens: Sequence[str] = (),
     days: int = DEFAULT_DAYS,
 ) -> Issued:
-    """A new CA in `directory` and bundles for the master, one agent, `principals`, and a
-    bearer token for each of `tokens`. Refuses a directory that already holds a CA."""
+    """A new CA in `directory` and bundles for the master, one agent, the master's built-in
+    workload frameworks (`workloads`), `principals`, and a bearer token for each of
+    `tokens`. Refuses a directory that already holds a CA."""
     for name in (*principals, *tokens):
         check_principal(name)
     if MASTER in principals or MASTER in tokens:
@@ -106,6 +111,7 @@ def init_cluster(
             directory, ca_key, ca_cert, MASTER, [MASTER_SERVER_NAME, *LOCAL_HOSTS, *hosts], days
         ),
         AGENT: _issue(directory, ca_key, ca_cert, AGENT, [*LOCAL_HOSTS, *agent_hosts], days),
+        WORKLOADS: _issue(directory, ca_key, ca_cert, WORKLOADS, [], days),
     }
     for name in principals:
         if name not in bundles:
@@ -121,10 +127,11 @@ ACLS_FILE = "acls.json"
 def starter_acls(principals: Iterable[str], tokens: Iterable[str] = ()) -> str:
     """ACLs (`mesolite master --acls`, format in master/acl.py) for the principals
     `init_cluster` made: only the agent registers agents, and registers no framework;
-    the others register frameworks in any role, view the state, and read their own
-    tasks' output (`admin` every task's). Edit it to give teams their roles."""
+    the others register frameworks (and submit workloads) in any role, view the state,
+    and read their own tasks' output (`admin` every task's, the built-in workloads'
+    included). Edit it to give teams their roles."""
     agents = [AGENT]
-    others = sorted({*principals, *tokens} - {MASTER, AGENT})
+    others = sorted({*principals, *tokens} - {MASTER, AGENT, WORKLOADS})
     sandboxes: list[dict[str, object]] = [
         {"principals": {"values": [p]}, "framework_principals": {"values": [p]}}
         for p in others

@@ -227,6 +227,58 @@ class OfferSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadSnapshot:
+    """What every workload submitted with `mesolite run` shows: a job or a service, run by
+    the master's built-in frameworks."""
+
+    name: str
+    role: str
+    owner: str | None = field(metadata=doc("the principal that submitted it; null: anonymous"))
+    status: str = field(metadata=doc("active, completed, failed or stopped"))
+    framework_id: str = field(
+        metadata=doc("the framework that runs it; empty before it subscribes")
+    )
+    submitted_at: float
+    finished_at: float | None
+    message: str = field(metadata=doc("the last problem worth showing; empty if none"))
+    resources: Resources = field(metadata=doc("what each of its tasks holds"))
+
+
+@dataclass(frozen=True, slots=True)
+class JobSnapshot(WorkloadSnapshot):
+    """A job: a command run once per index, so many at a time, failed indices retried."""
+
+    completions: int = field(metadata=doc("indices to run, 0 to completions - 1"))
+    parallelism: int = field(metadata=doc("the most tasks running at once"))
+    retries: int = field(metadata=doc("a failed index runs again up to this many times"))
+    succeeded: int = field(metadata=doc("indices that finished"))
+    failed: int = field(metadata=doc("indices that failed retries + 1 times"))
+    running: int = field(metadata=doc("indices with a task launched or running"))
+    pending: int = field(metadata=doc("indices waiting to be launched"))
+    retried: int = field(metadata=doc("retries used, over all indices"))
+    failed_indices: tuple[int, ...] = field(
+        default=(), metadata=doc("the indices that failed every try (the first 100)")
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ServiceSnapshot(WorkloadSnapshot):
+    """A service: instances of a command kept running, each replaced when it ends."""
+
+    instances: int = field(metadata=doc("instances wanted"))
+    running: int = field(metadata=doc("instances whose task reported it runs"))
+    starting: int = field(metadata=doc("instances launched, not yet reported running"))
+    waiting: int = field(metadata=doc("instances waiting to be launched (a restart back-off)"))
+    restarts: int = field(metadata=doc("instances replaced after their task ended"))
+    restart_policy: str = field(metadata=doc("always, or on-failure"))
+    task_ids: tuple[str, ...] = field(default=(), metadata=doc("the instances' live tasks"))
+
+
+WorkloadViews = tuple[tuple[JobSnapshot, ...], tuple[ServiceSnapshot, ...]]
+"""What the built-in workload frameworks show: their jobs and services."""
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """The state of a master at one moment (GET /state)."""
 
@@ -247,6 +299,12 @@ class ClusterSnapshot:
     )
     completed_tasks: tuple[EndedTaskSnapshot, ...] = field(
         default=(), metadata=doc("the most recently ended tasks, newest first")
+    )
+    jobs: tuple[JobSnapshot, ...] = field(
+        default=(), metadata=doc("jobs submitted with `mesolite run`, running and finished")
+    )
+    services: tuple[ServiceSnapshot, ...] = field(
+        default=(), metadata=doc("services submitted with `mesolite run`, running and stopped")
     )
 
     def to_json(self) -> dict[str, Any]:
@@ -279,9 +337,13 @@ __all__ = [
     "DocumentError",
     "EndedTaskSnapshot",
     "FrameworkSnapshot",
+    "JobSnapshot",
     "OfferSnapshot",
     "RoleSnapshot",
+    "ServiceSnapshot",
     "TaskSnapshot",
     "TaskUsageSnapshot",
+    "WorkloadSnapshot",
+    "WorkloadViews",
     "state_json_schema",
 ]

@@ -3,7 +3,7 @@
 Every `render_*` function is pure: a `ClusterSnapshot` (mesolite/snapshot.py,
 the types GET /state is written from) in, a rich renderable out (no I/O, no
 clock but the snapshot's own `time`), so each view can be tested from a saved
-state. `mesolite state|agents|frameworks|roles|tasks` (mesolite/cli/_views.py)
+state. `mesolite state|agents|frameworks|roles|tasks|jobs|services` (mesolite/cli/_views.py)
 fetches the state, reads it with `ClusterSnapshot.from_json` and prints one of them;
 `VIEWS` says which part of the JSON each command's `--json` prints. The views
 show the figures the master derived (health, shares, used, offered); they
@@ -285,6 +285,84 @@ def _task_state(state: TaskState) -> Text:
     return Text(short, style="green" if short == "RUNNING" else "yellow")
 
 
+def render_jobs(state: ClusterSnapshot) -> Table:
+    """Jobs submitted with `mesolite run`: indices done out of completions, running,
+    failed, and retries used."""
+    table = _table("jobs")
+    table.add_column("name", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("status")
+    table.add_column("done", justify="right")
+    table.add_column("running", justify="right")
+    table.add_column("failed", justify="right")
+    table.add_column("retries used", justify="right")
+    table.add_column("parallelism", justify="right")
+    table.add_column("task")
+    table.add_column("age", justify="right")
+    table.add_column("note")
+    for j in state.jobs:
+        note = j.message
+        if j.failed_indices:
+            note = f"failed indices {_indices(j.failed_indices)}" + (f"; {note}" if note else "")
+        table.add_row(
+            j.name,
+            j.role,
+            _workload_status(j.status),
+            f"{j.succeeded}/{j.completions}",
+            str(j.running),
+            str(j.failed),
+            f"{j.retried} (max {j.retries}/index)",
+            str(j.parallelism),
+            fmt_resources(j.resources),
+            fmt_duration((j.finished_at or state.time) - j.submitted_at),
+            note,
+        )
+    return _when_empty(table, len(state.jobs), "no jobs: submit one with `mesolite run FILE`")
+
+
+def render_services(state: ClusterSnapshot) -> Table:
+    """Services submitted with `mesolite run`: instances running out of those wanted."""
+    table = _table("services")
+    table.add_column("name", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("status")
+    table.add_column("running", justify="right")
+    table.add_column("starting", justify="right")
+    table.add_column("waiting", justify="right")
+    table.add_column("restarts", justify="right")
+    table.add_column("restart")
+    table.add_column("instance")
+    table.add_column("age", justify="right")
+    table.add_column("note")
+    for s in state.services:
+        table.add_row(
+            s.name,
+            s.role,
+            _workload_status(s.status),
+            f"{s.running}/{s.instances}",
+            str(s.starting),
+            str(s.waiting),
+            str(s.restarts),
+            s.restart_policy,
+            fmt_resources(s.resources),
+            fmt_duration((s.finished_at or state.time) - s.submitted_at),
+            s.message,
+        )
+    return _when_empty(
+        table, len(state.services), "no services: submit one with `mesolite run FILE`"
+    )
+
+
+def _workload_status(status: str) -> Text:
+    style = {"active": "green", "completed": "green", "failed": "red", "stopped": "yellow"}
+    return Text(status, style=style.get(status, ""))
+
+
+def _indices(indices: Iterable[int]) -> str:
+    shown = list(indices)
+    return ", ".join(map(str, shown[:10])) + (" ..." if len(shown) > 10 else "")
+
+
 def render_state(state: ClusterSnapshot) -> Group:
     """The overview: header, cluster totals, frameworks, roles and agents."""
     return Group(
@@ -346,5 +424,17 @@ VIEWS: dict[str, View] = {
         "tasks",
         "the tasks in /state",
         "the running tasks: framework, agent, state, resources",
+    ),
+    "jobs": View(
+        render_jobs,
+        "jobs",
+        "the jobs in /state",
+        "the jobs `mesolite run` submitted: indices done, running, failed, retries used",
+    ),
+    "services": View(
+        render_services,
+        "services",
+        "the services in /state",
+        "the services `mesolite run` submitted: instances running of those wanted, restarts",
     ),
 }

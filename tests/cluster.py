@@ -7,6 +7,11 @@ started, including the tasks of agents that were killed with SIGKILL.
 `LocalCluster(..., certs=DIR)` runs it with TLS and authentication, from a
 directory `mesolite.certs.init_cluster` wrote: the master, its agents (and their
 sandbox servers) and `state()` use the bundles `master`, `agent` and `admin`.
+
+`LocalCluster(..., workloads=True)` runs the master's built-in job and service
+frameworks beside it, as `mesolite master` does (`cluster.runner`, store under the
+master's work dir; the bundle `workloads` with TLS); `restart_workloads()` replaces
+the runner with a new one that knows only what the store says.
 """
 
 from __future__ import annotations
@@ -31,10 +36,14 @@ from mesolite.agent import Agent, AgentConfig, Backoff
 from mesolite.agent._procs import is_alive
 from mesolite.agent.isolation import Container, IsolationConfig
 from mesolite.agent.sandbox_http import SandboxServer
+from mesolite.framework_sdk import ConnectionConfig
 from mesolite.master.master import MasterConfig
 from mesolite.master.server import MasterServer
 from mesolite.resources import Resources
 from mesolite.tls import TlsConfig
+from mesolite.workloads import RunnerConfig, WorkloadRunner
+from mesolite.workloads import http as workloads_http
+from mesolite.workloads.framework import WorkloadFramework
 from tests.support.cgroups import TEST_CGROUPS_ROOT, TEST_ISOLATION
 from tests.waiting import wait_for_condition
 
@@ -51,6 +60,10 @@ FAST = MasterConfig(
     framework_heartbeat_interval=1.0,
     check_invariants=True,
 )
+
+
+# The built-in workload frameworks reconnect fast: tests restart masters and runners.
+FAST_RECONNECT = ConnectionConfig(reconnect_initial=0.05, reconnect_max=0.5)
 
 
 class AgentProcess:
@@ -113,6 +126,7 @@ class LocalCluster:
         *,
         certs: Path | None = None,
         token_port: bool = False,
+        workloads: bool = False,
     ) -> None:
         self.work_dir = work_dir
         if config.work_dir is None:  # the registry lives here, across master restarts
@@ -127,6 +141,8 @@ class LocalCluster:
             )
         self.config = config
         self.clock = SkippingClock()
+        self.runner: WorkloadRunner | None = None
+        self._workloads = workloads
         self.server = MasterServer(
             config,
             host="127.0.0.1",
@@ -134,6 +150,8 @@ class LocalCluster:
             http_port=0,
             clock=self.clock,
             token_port=0 if token_port else None,
+            routes=workloads_http.routes(lambda: self.runner),
+            workloads=lambda: self.runner.views() if self.runner else ((), ()),
         )
         self.agents: list[Agent] = []
         self.agent_processes: list[AgentProcess] = []
@@ -160,11 +178,43 @@ class LocalCluster:
     async def __aenter__(self) -> LocalCluster:
         await self.server.start()
         self._http = aiohttp.ClientSession()
+        if self._workloads:
+            await self.start_workloads()
         return self
+
+    async def start_workloads(self) -> WorkloadRunner:
+        """The built-in job and service frameworks, from the store in the master's work
+        dir, connected to the master as `mesolite master` connects them."""
+        assert self.config.work_dir is not None
+        self.runner = WorkloadRunner(
+            RunnerConfig(
+                store=self.config.work_dir / "workloads.sqlite",
+                tls=self._tls("workloads"),
+                connection=FAST_RECONNECT,
+                retry=Backoff(initial=0.1, maximum=1.0),
+            )
+        )
+        await self.runner.start(self.address)
+        return self.runner
+
+    async def restart_workloads(self) -> WorkloadRunner:
+        """The built-in frameworks' process restarted: a new runner, from the store only."""
+        assert self.runner is not None
+        await self.runner.close()
+        self.runner = None
+        return await self.start_workloads()
+
+    def workload_framework(self, name: str) -> WorkloadFramework | None:
+        """The framework running the workload `name` now (None between subscriptions)."""
+        assert self.runner is not None
+        workload = self.runner.workloads.get(name)
+        return workload.framework if workload is not None else None
 
     async def __aexit__(
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
+        if self.runner is not None:
+            await self.runner.close()
         for agent in self.agents:
             await agent.stop()
         for sandboxes in self.sandbox_servers:
@@ -249,9 +299,12 @@ class LocalCluster:
         for _ in range(3):
             skipped_at = self.clock()
             await wait_for_condition(
-                lambda at=skipped_at: removed() or any(  # type: ignore[misc]
-                    a in self.master.agents and self.master.agents[a].last_seen >= at
-                    for a in agent_ids
+                lambda at=skipped_at: (
+                    removed()
+                    or any(  # type: ignore[misc]
+                        a in self.master.agents and self.master.agents[a].last_seen >= at
+                        for a in agent_ids
+                    )
                 ),
                 what=f"the master to remove {', '.join(agent_ids)}",
             )

@@ -95,10 +95,10 @@ def test_a_framework_certificate_cannot_pose_as_a_server(cluster_certs: Path) ->
 
 def test_keys_are_private_and_bundles_closed(cluster_certs: Path) -> None:
     keys = [cluster_certs / "ca.key", *cluster_certs.glob("*/tls.key"), cluster_certs / "ci/token"]
-    assert len(keys) == 6
+    assert len(keys) == 7
     for key in keys:
         assert stat.S_IMODE(key.stat().st_mode) == 0o600, key
-    for bundle in ("master", "agent", "framework", "admin", "ci"):
+    for bundle in ("master", "agent", "workloads", "framework", "admin", "ci"):
         assert stat.S_IMODE((cluster_certs / bundle).stat().st_mode) == 0o700
     assert stat.S_IMODE((cluster_certs / "credentials").stat().st_mode) == 0o600
 
@@ -136,6 +136,7 @@ def test_certs_init_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
         "credentials",
         "master",
         "agent",
+        "workloads",  # the master's built-in job and service frameworks
         "team-a",
         "ci",
     }
@@ -384,3 +385,9 @@ def test_certs_init_writes_starter_acls_that_keep_each_principal_to_its_part(
     assert acls.allows(Action.ACCESS_SANDBOXES, "admin", "framework")
     assert acls.allows(Action.ACCESS_SANDBOXES, "framework", "framework")
     assert not acls.allows(Action.ACCESS_SANDBOXES, "framework", "ci")
+    # The master's built-in workloads register their frameworks in any role, and do
+    # nothing else; admin reads their tasks' output.
+    assert acls.allows(Action.REGISTER_FRAMEWORKS, "workloads", "any/role")
+    assert not acls.allows(Action.VIEW_STATE, "workloads")
+    assert not acls.allows(Action.REGISTER_AGENTS, "workloads")
+    assert acls.allows(Action.ACCESS_SANDBOXES, "admin", "workloads")

@@ -17,8 +17,8 @@ import mesolite
 pytestmark = pytest.mark.unit
 
 ROOT = Path(__file__).resolve().parent.parent
-# The top (CLI, lab) and the middle (master, agent, SDK); the rest is the base.
-NOT_BASE = {"cli", "lab", "master", "agent", "framework_sdk", "__init__"}
+# The top (CLI, lab, workloads) and the middle (master, agent, SDK); the rest is the base.
+NOT_BASE = {"cli", "lab", "workloads", "master", "agent", "framework_sdk", "__init__"}
 
 
 def test_the_contract_covers_every_base_module() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from mesolite import tls_options
 from mesolite.agent.isolation import MODES as ISOLATION_MODES
 from mesolite.agent.isolation import IsolationConfig
+from mesolite.cli import _workloads
 from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
@@ -20,8 +21,9 @@ MASTER = MasterConfig()
 ISOLATION = IsolationConfig()
 _DESCRIPTION = (
     "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
-    "(`mesolite state|agents|frameworks|roles|tasks`, rendered by mesolite/views.py); make a\n"
-    "cluster's certificates (`mesolite certs init DIR`)."
+    "(`mesolite state|agents|frameworks|roles|tasks|jobs|services`, rendered by\n"
+    "mesolite/views.py); run jobs and services (`mesolite run FILE`); make a cluster's\n"
+    "certificates (`mesolite certs init DIR`)."
 )
 
 
@@ -238,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how shares are measured: dominant share, asset sum, or slots",
     )
     _add_master_security(m)
+    _workloads.add_master_options(m)
 
     a = sub.add_parser("agent", help="run an agent")
     a.add_argument("--master", required=True, metavar="HOST:PORT")
@@ -370,6 +373,7 @@ def build_parser() -> argparse.ArgumentParser:
             help="show it again every SECONDS (default 2) until Ctrl-C",
         )
         tls_options.add_client_options(s)
+    _workloads.add_parsers(sub)
     return parser
 
 

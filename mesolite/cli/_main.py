@@ -15,6 +15,7 @@ from mesolite import logs, tls_options
 from mesolite.cli._args import build_parser, isolation_config
 from mesolite.cli._certs import run_certs
 from mesolite.cli._views import show
+from mesolite.cli._workloads import run_workload, stop_workload, workload_runner
 from mesolite.errors import MesoliteError
 from mesolite.resources import Resources
 from mesolite.tls import TlsConfig, TlsError
@@ -30,6 +31,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return show(args)
     if args.command == "certs":
         return run_certs(args)
+    if args.command in ("run", "stop"):
+        return run_workload(args) if args.command == "run" else stop_workload(args)
     if args.command != "demo":  # the demo logs to files under its work dir
         logs.configure(json=args.log_json, level=args.log_level)
     runners = {
@@ -83,11 +86,32 @@ async def _run_master(args: argparse.Namespace) -> int:
         credentials_file=args.credentials,
         insecure=args.insecure,
     )
-    server = MasterServer(config, args.host, args.port, args.http_port, token_port=args.token_port)
+    from mesolite.workloads import http as workloads_http
+
+    try:
+        runner = workload_runner(args, tls)  # the built-in jobs and services
+    except (MesoliteError, OSError) as e:
+        print(f"mesolite master: {e}", file=sys.stderr)
+        return 2
+    server = MasterServer(
+        config,
+        args.host,
+        args.port,
+        args.http_port,
+        token_port=args.token_port,
+        routes=workloads_http.routes(lambda: runner),
+        workloads=runner.views if runner is not None else None,
+    )
     try:
         await server.start()
+        if runner is not None:
+            # Over the master's own gRPC port, as any framework (loopback if it listens
+            # on every address).
+            await runner.start(_loopback(server.grpc_address))
     except (RolesConfigError, AclError, RegistryError, MesoliteError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
+        if runner is not None:
+            await runner.close()
         await server.stop()
         return 2
     if server.master is not None:
@@ -103,8 +127,15 @@ async def _run_master(args: argparse.Namespace) -> int:
         print(_next_steps(server, args.tls_dir), flush=True)
         await _until_signalled()
     finally:
+        if runner is not None:
+            await runner.close()  # its frameworks fail over when the master is back
         await server.stop()
     return 0
+
+
+def _loopback(address: str) -> str:
+    host, _, port = address.rpartition(":")
+    return f"127.0.0.1:{port}" if host in ("0.0.0.0", "::", "[::]", "") else address
 
 
 def _master_tls(args: argparse.Namespace) -> TlsConfig | None:
@@ -141,6 +172,7 @@ def _next_steps(server: MasterServer, tls_dir: Path | None) -> str:
         f"  run a framework:     python examples/batch_framework.py --master "
         f"{grpc}{framework_tls} --name batch --cpus 1 --mem 512 --duration 5 --tasks 10\n"
         f"  look at the cluster: mesolite state --master {http}{admin_tls}\n"
+        f"  run a job/service:   mesolite run examples/sweep.toml --master {http}{admin_tls}\n"
         f"  web UI:              {server.http_url}/"
     )
 
