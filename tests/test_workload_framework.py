@@ -97,7 +97,8 @@ async def test_nothing_is_launched_before_every_stored_task_is_answered_for(
         assert list(accept.offer_ids) == ["O1"]
         assert [t.name for t in accept.tasks] == ["j[1]", "j[2]"]
         assert framework.reconciled
-        assert runner.workloads["j"].progress.slots[0].state is SlotState.SUCCEEDED  # type: ignore[union-attr]
+        progress = runner.workloads["j"].progress
+        assert progress is not None and progress.slots[0].state is SlotState.SUCCEEDED
 
 
 async def test_tasks_still_unanswered_are_asked_about_again(tmp_path: Path) -> None:

@@ -33,8 +33,8 @@ def job(completions: int = 5, parallelism: int = 2, retries: int = 1) -> JobProg
     return progress
 
 
-def service(instances: int = 3, restart: Restart = Restart()) -> ServiceProgress:
-    progress = new_progress(ServiceSpec("s", "true", TASK, instances, restart))
+def service(instances: int = 3, restart: Restart | None = None) -> ServiceProgress:
+    progress = new_progress(ServiceSpec("s", "true", TASK, instances, restart or Restart()))
     assert isinstance(progress, ServiceProgress)
     return progress
 
@@ -87,11 +87,12 @@ def test_a_task_lost_before_it_was_seen_alive_uses_no_retry(end: TaskState) -> N
     [task] = launch_all(p)
     p.update(task, TaskState.STAGING, None, 1)  # on its way: not seen alive yet
     p.update(task, end, None, 2)
-    assert p.slots[0].state is SlotState.PENDING and p.slots[0].failures == 0
+    slot = p.slots[0]
+    assert (slot.state, slot.failures) == (SlotState.PENDING, 0)
     [again] = launch_all(p)
     p.update(again, TaskState.RUNNING, None, 3)
     p.update(again, end, None, 4)  # lost after running: that was a try
-    assert p.slots[0].state is SlotState.FAILED
+    assert (slot.state, slot.failures) == (SlotState.FAILED, 1)
 
 
 @pytest.mark.parametrize("end", [TaskState.KILLED, TaskState.ERROR, TaskState.FAILED])

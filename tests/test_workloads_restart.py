@@ -21,6 +21,7 @@ pytestmark = pytest.mark.slow
 
 def sweep(state: dict[str, Any]) -> dict[str, Any]:
     [job] = [j for j in state["jobs"] if j["name"] == "sweep"]
+    assert isinstance(job, dict)
     return job
 
 
