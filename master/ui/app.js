@@ -375,11 +375,51 @@
     }), 'No task has ended yet.');
   }
 
+  // The built-in jobs and services (`mesolite run`); absent from an older master's state.
+  function workloadStatus(w) {
+    const kind = { active: 'ok', completed: 'done', failed: 'bad', stopped: 'warn' }[w.status];
+    const status = badge(w.status, `state ${kind || 'info'}`);
+    if (!w.message) return status;
+    return el('span', { title: w.message }, status, ' ', el('span', { class: 'sub' }, w.message));
+  }
+
+  function renderJobs() {
+    const list = state.jobs || [];
+    $('jobs-count').textContent = list.length ? `${list.length}` : '';
+    fillTable('jobs', list.map((j) => row(j, () => {
+      const done = j.completions ? j.succeeded / j.completions : 0;
+      return el('tr', { data: { job: j.name, status: j.status } },
+        el('td', { title: `each task: ${fmtRes(j.resources)}` },
+          idLine(j.name, `role ${j.role} · ${j.parallelism} at once`)),
+        el('td', { class: 'job-progress' }, meter(done, `${j.succeeded}/${j.completions}`)),
+        el('td', { class: 'num' }, `${j.running}`),
+        el('td', { class: 'num', title: (j.failed_indices || []).join(', ') }, `${j.failed}`),
+        el('td', { class: 'num', title: `at most ${j.retries} per index` }, `${j.retried}`),
+        el('td', { class: 'workload-status' }, workloadStatus(j)));
+    })), 'No jobs: submit one with mesolite run FILE.');
+  }
+
+  function renderServices() {
+    const list = state.services || [];
+    $('services-count').textContent = list.length ? `${list.length}` : '';
+    fillTable('services', list.map((v) => row(v, () => {
+      const up = v.instances ? v.running / v.instances : 0;
+      return el('tr', { data: { service: v.name, status: v.status } },
+        el('td', { title: `each instance: ${fmtRes(v.resources)}` },
+          idLine(v.name, `role ${v.role} · restart ${v.restart_policy}`)),
+        el('td', { class: 'service-instances' }, meter(up, `${v.running}/${v.instances}`)),
+        el('td', { class: 'num' }, `${v.restarts}`),
+        el('td', { class: 'workload-status' }, workloadStatus(v)));
+    })), 'No services: submit one with mesolite run FILE.');
+  }
+
   function render() {
     renderHeader();
     renderSummary();
     renderFrameworks();
     renderAgents();
+    renderJobs();
+    renderServices();
     renderRoles();
     renderTasks();
     renderEnded();
