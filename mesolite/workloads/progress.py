@@ -27,8 +27,11 @@ persisted across restarts), no randomness (callers choose task ids). The shell
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from sortedcontainers import SortedSet
 
 from mesolite.model import TaskState
 from mesolite.resources import Resources
@@ -85,11 +88,33 @@ class Progress:
 
     spec: WorkloadSpec
     slots: list[Slot]
-    _by_task: dict[str, Slot] = field(default_factory=dict, repr=False)
     version: int = 0  # counts changes, so readers can cache what they derive
+    # Kept as slots move (`_move`), so that no step costs O(slots): a job may have 10,000.
+    _by_task: dict[str, Slot] = field(default_factory=dict, repr=False)  # the live ones
+    _pending: SortedSet = field(default_factory=SortedSet, repr=False)  # their indices
+    _count: Counter[SlotState] = field(default_factory=Counter, repr=False)
 
     def __post_init__(self) -> None:
         self._by_task = {s.task_id: s for s in self.slots if s.state.live}
+        self._pending = SortedSet(s.index for s in self.slots if s.state is SlotState.PENDING)
+        self._count = Counter(s.state for s in self.slots)
+
+    def _move(self, slot: Slot, state: SlotState) -> None:
+        self.version += 1
+        self._count[slot.state] -= 1
+        self._count[state] += 1
+        if slot.state is SlotState.PENDING:
+            self._pending.discard(slot.index)
+        if state is SlotState.PENDING:
+            self._pending.add(slot.index)
+        slot.state = state
+
+    def _first_pending(self, count: int) -> list[Slot]:
+        return [self.slots[i] for i in self._pending.islice(0, max(count, 0))]
+
+    def count(self, state: SlotState) -> int:
+        """How many slots are in `state`."""
+        return self._count[state]
 
     # What to do ------------------------------------------------------------------------
 
@@ -104,14 +129,15 @@ class Progress:
     @property
     def finished(self) -> bool:
         """Nothing will ever run again."""
-        return all(s.state.done for s in self.slots)
+        return sum(self._count[s] for s in SlotState if s.done) == len(self.slots)
 
     @property
     def succeeded(self) -> bool:
-        return self.finished and all(s.state is not SlotState.FAILED for s in self.slots)
+        return self.finished and self._count[SlotState.FAILED] == 0
 
     def live_task_ids(self) -> list[str]:
-        return [s.task_id for s in self.slots if s.state.live]
+        """The tasks that may be running, by slot."""
+        return [s.task_id for s in sorted(self._by_task.values(), key=lambda s: s.index)]
 
     def counters(self) -> dict[str, int]:
         """What the progress keeps besides its slots, for the store."""
@@ -122,9 +148,7 @@ class Progress:
     def launched(self, slot: Slot, task_id: str) -> None:
         """A task for `slot` is about to be launched (record it before sending it)."""
         assert slot.state is SlotState.PENDING, slot
-        self.version += 1
-        self._by_task.pop(slot.task_id, None)
-        slot.state = SlotState.LAUNCHING
+        self._move(slot, SlotState.LAUNCHING)
         slot.task_id = task_id
         slot.launches += 1
         slot.started_at = None
@@ -136,9 +160,8 @@ class Progress:
         slot = self._by_task.get(task_id)
         if slot is None or slot.state is not SlotState.LAUNCHING:
             return None
-        self.version += 1
         del self._by_task[task_id]
-        slot.state = SlotState.PENDING
+        self._move(slot, SlotState.PENDING)
         slot.last_end = "launch refused by the master"
         return slot
 
@@ -153,11 +176,9 @@ class Progress:
         if not state.is_terminal:
             if state is TaskState.STAGING or slot.state is SlotState.RUNNING:
                 return None  # STAGING: on its way to an agent, not yet seen alive
-            self.version += 1
-            slot.state = SlotState.RUNNING
+            self._move(slot, SlotState.RUNNING)
             slot.started_at = now
             return slot
-        self.version += 1
         del self._by_task[task_id]
         slot.last_end = state.value + ("" if exit_code is None else f" exit {exit_code}")
         self._ended(slot, state, now)
@@ -166,13 +187,10 @@ class Progress:
     def lose_all(self) -> list[Slot]:
         """The framework is gone, and its tasks with it (the master forgot it): every live
         slot is pending again, no attempt used. Returns the slots changed."""
-        self.version += 1
-        changed = []
-        for slot in self.slots:
-            if slot.state.live:
-                slot.state = SlotState.PENDING
-                slot.last_end = "lost with the workload's framework"
-                changed.append(slot)
+        changed = sorted(self._by_task.values(), key=lambda s: s.index)
+        for slot in changed:
+            self._move(slot, SlotState.PENDING)
+            slot.last_end = "lost with the workload's framework"
         self._by_task.clear()
         return changed
 
@@ -185,19 +203,17 @@ class JobProgress(Progress):
     spec: JobSpec
 
     def launchable(self, now: float) -> list[Slot]:
-        room = self.spec.parallelism - sum(s.state.live for s in self.slots)
-        if room <= 0:
-            return []
-        return [s for s in self.slots if s.state is SlotState.PENDING][:room]
+        return self._first_pending(self.spec.parallelism - len(self._by_task))
 
     def _ended(self, slot: Slot, state: TaskState, now: float) -> None:
         if state is TaskState.FINISHED:
-            slot.state = SlotState.SUCCEEDED
+            self._move(slot, SlotState.SUCCEEDED)
             return
         never_ran = slot.state is SlotState.LAUNCHING and state in _NEVER_RAN
         if not never_ran:
             slot.failures += 1
-        slot.state = SlotState.FAILED if slot.failures > self.spec.retries else SlotState.PENDING
+        failed = slot.failures > self.spec.retries
+        self._move(slot, SlotState.FAILED if failed else SlotState.PENDING)
 
     @property
     def attempts_retried(self) -> int:
@@ -212,13 +228,12 @@ class ServiceProgress(Progress):
     streak: int = 0  # instance ends in a row (back-off)
 
     def launchable(self, now: float) -> list[Slot]:
-        return [s for s in self.slots if s.state is SlotState.PENDING and s.not_before <= now]
+        pending = self._first_pending(len(self._pending))
+        return [s for s in pending if s.not_before <= now]
 
     def next_wakeup(self, now: float) -> float | None:
-        waiting = [
-            s.not_before for s in self.slots if s.state is SlotState.PENDING and s.not_before > now
-        ]
-        return min(waiting, default=None)
+        pending = self._first_pending(len(self._pending))
+        return min((s.not_before for s in pending if s.not_before > now), default=None)
 
     def counters(self) -> dict[str, int]:
         return {"restarts": self.restarts, "streak": self.streak}
@@ -226,11 +241,11 @@ class ServiceProgress(Progress):
     def _ended(self, slot: Slot, state: TaskState, now: float) -> None:
         restart = self.spec.restart
         if restart.policy is RestartPolicy.ON_FAILURE and state is TaskState.FINISHED:
-            slot.state = SlotState.EXITED
+            self._move(slot, SlotState.EXITED)
             return
         if slot.started_at is not None and now - slot.started_at >= restart.max_backoff:
             self.streak = 0
-        slot.state = SlotState.PENDING
+        self._move(slot, SlotState.PENDING)
         slot.not_before = now + restart.delay(self.streak)
         self.streak += 1
         self.restarts += 1
@@ -274,11 +289,3 @@ def fit(free: Resources, each: Resources, wanted: int) -> int:
         free = free - each
         count += 1
     return count
-
-
-def tally(slots: Iterable[Slot]) -> dict[SlotState, int]:
-    """Slots per state (every state present, zeros included)."""
-    counts = dict.fromkeys(SlotState, 0)
-    for slot in slots:
-        counts[slot.state] += 1
-    return counts

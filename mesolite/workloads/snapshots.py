@@ -11,7 +11,7 @@ from typing import TypedDict
 
 from mesolite.resources import EMPTY, Resources
 from mesolite.snapshot import JobSnapshot, ServiceSnapshot
-from mesolite.workloads.progress import JobProgress, Progress, ServiceProgress, SlotState, tally
+from mesolite.workloads.progress import JobProgress, Progress, ServiceProgress, SlotState
 from mesolite.workloads.spec import WorkloadKind
 from mesolite.workloads.store import WorkloadRecord
 
@@ -31,7 +31,7 @@ def snapshot_of(record: WorkloadRecord, progress: Progress | None) -> JobSnapsho
 def _counts(record: WorkloadRecord, progress: Progress) -> dict[SlotState, int]:
     """Slots per state; a finished workload runs nothing (a stop tears its framework down
     and the master kills its tasks: their ends are never applied to its slots)."""
-    counts = tally(progress.slots)
+    counts = {state: progress.count(state) for state in SlotState}
     if record.status.finished:
         for state in (SlotState.PENDING, SlotState.LAUNCHING, SlotState.RUNNING):
             counts[state] = 0
@@ -55,7 +55,11 @@ def _common(record: WorkloadRecord, progress: Progress | None) -> _Common:
 def job_snapshot(record: WorkloadRecord, progress: JobProgress) -> JobSnapshot:
     spec = progress.spec
     counts = _counts(record, progress)
-    failed = [s.index for s in progress.slots if s.state is SlotState.FAILED]
+    failed = (
+        [s.index for s in progress.slots if s.state is SlotState.FAILED]
+        if counts[SlotState.FAILED]
+        else []
+    )
     return JobSnapshot(
         **_common(record, progress),
         completions=spec.completions,
