@@ -199,11 +199,13 @@ async def test_a_job_index_that_always_fails_runs_retries_plus_one_times(tmp_pat
         probe = LaunchProbe(cluster)
         code, out = await mesolite("run", str(job), "--master", cluster.server.http_address)
         assert code == 0, out
-        state = await wait_state(
-            cluster,
-            lambda s: (j := workload(s, "jobs", "flaky")) is not None and j["status"] != "active",
-            "the job to finish",
-        )
+
+        def finished(s: dict[str, Any]) -> bool:
+            tries = [t for ids in probe.launched.values() for t in ids if t.startswith("flaky.0.")]
+            assert len(tries) <= 3, f"index 0 launched {len(tries)} times: retried forever?"
+            return (j := workload(s, "jobs", "flaky")) is not None and j["status"] != "active"
+
+        state = await wait_state(cluster, finished, "the job to finish")
         result = workload(state, "jobs", "flaky")
         assert result is not None
         assert result["status"] == "failed"
