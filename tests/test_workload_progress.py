@@ -245,8 +245,8 @@ def test_a_job_never_exceeds_parallelism_nor_its_retries(
             assert tries[s.index] <= retries + 1
         assert p.finished == (len(done) == completions)
         # What the progress keeps as it goes is what its slots say.
-        for state in SlotState:
-            assert p.count(state) == sum(s.state is state for s in p.slots)
+        for kind in SlotState:
+            assert p.count(kind) == sum(s.state is kind for s in p.slots)
         assert p.live_task_ids() == [s.task_id for s in p.slots if s.state.live]
         pending = [s for s in p.slots if s.state is SlotState.PENDING]
         room = parallelism - sum(s.state.live for s in p.slots)

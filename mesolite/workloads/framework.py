@@ -188,12 +188,7 @@ class WorkloadFramework(Framework):
                 if not self._unanswered:
                     await self._reconciled()
                     return
-            if self.record.status is WorkloadStatus.ACTIVE and self.progress.finished:
-                done = (
-                    WorkloadStatus.COMPLETED if self.progress.succeeded else WorkloadStatus.FAILED
-                )
-                self._finish(done, "")
-                await self.teardown()
+            if await self._ended_if_done():
                 return
             if slot is not None and self._unanswered is None:
                 await self._act()
@@ -219,12 +214,17 @@ class WorkloadFramework(Framework):
         self._log.info(
             "reconciled", framework_id=self.framework_id, live=len(self.progress.live_task_ids())
         )
-        if self.record.status is WorkloadStatus.ACTIVE and self.progress.finished:
-            done = WorkloadStatus.COMPLETED if self.progress.succeeded else WorkloadStatus.FAILED
-            self._finish(done, "")
-            await self.teardown()
-            return
-        await self._act()
+        if not await self._ended_if_done():
+            await self._act()
+
+    async def _ended_if_done(self) -> bool:
+        """A job whose every index has ended is finished: its framework torn down."""
+        if self.record.status is not WorkloadStatus.ACTIVE or not self.progress.finished:
+            return False
+        done = WorkloadStatus.COMPLETED if self.progress.succeeded else WorkloadStatus.FAILED
+        self._finish(done, "")
+        await self.teardown()
+        return True
 
     async def _ask(self, task_ids: Sequence[str]) -> None:
         self._asked_at = time.monotonic()

@@ -34,7 +34,13 @@ import structlog
 
 from mesolite.backoff import Backoff
 from mesolite.errors import MesoliteError
-from mesolite.framework_sdk import ConnectionConfig, FrameworkRejected, RpcError, TlsConfig
+from mesolite.framework_sdk import (
+    ConnectionConfig,
+    FrameworkRejected,
+    NotConnected,
+    RpcError,
+    TlsConfig,
+)
 from mesolite.snapshot import JobSnapshot, ServiceSnapshot, WorkloadViews
 from mesolite.workloads.framework import WorkloadFramework
 from mesolite.workloads.progress import Progress, Slot, new_progress
@@ -277,6 +283,10 @@ class WorkloadRunner:
                 await framework.run_until_done(self._master)
                 failures = 0
                 continue  # torn down or stopped: the loop looks again
+            except NotConnected:
+                # The stream closed under a call: subscribe again (what was sent is
+                # reconciled then).
+                continue
             except FrameworkRejected as e:
                 if e.code == "NOT_FOUND":
                     self._framework_gone(record, progress)
