@@ -44,7 +44,9 @@ def add_parsers(sub: Any) -> None:
         "[service] (`instances` copies kept running). The master runs it; watch it with "
         "`mesolite jobs` or `mesolite services`, end it with `mesolite stop NAME`.",
     )
-    r.add_argument("file", type=Path, metavar="FILE")
+    r.add_argument(
+        "file", type=Path, metavar="FILE", help="a workload file, e.g. examples/sweep.toml"
+    )
     r.add_argument(
         "--master", default="127.0.0.1:5051", metavar="HOST:HTTP_PORT", help=_MASTER_HELP
     )
