@@ -56,3 +56,10 @@ def test_a_store_of_a_newer_mesolite_is_refused(tmp_path: Path) -> None:
         db.execute("PRAGMA user_version = 99")
     with pytest.raises(StoreError, match="newer mesolite"):
         WorkloadStore(path)
+
+
+def test_a_file_that_is_not_a_store_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "w.sqlite"
+    path.write_bytes(b"not a database" * 100)
+    with pytest.raises(StoreError, match="cannot open the workloads store"):
+        WorkloadStore(path)

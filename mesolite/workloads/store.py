@@ -99,10 +99,13 @@ class WorkloadStore:
         if path is not None:
             path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._db = sqlite3.connect(path or ":memory:", isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        try:
+            self._db = sqlite3.connect(path or ":memory:", isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+        except sqlite3.DatabaseError as e:
+            raise StoreError(f"cannot open the workloads store {path}: {e}") from None
         if version > SCHEMA_VERSION:
             raise StoreError(
                 f"{path} was written by a newer mesolite (schema {version}, this one reads "
