@@ -308,6 +308,9 @@ async def test_a_bad_file_is_refused_with_its_line_and_changes_nothing(tmp_path:
             async with session.post(url, json=body) as response:
                 assert response.status == 400
                 assert "x.toml:9: parallelism" in await response.text()
+            body = {"source": "x\n\x1b[31mforged", "text": bad.read_text()}
+            async with session.post(url, json=body) as response:
+                assert "x??[31mforged:9: parallelism" in await response.text()
             async with session.post(url, data=SWEEP.read_text()) as response:
                 assert response.status == 415  # not JSON: no cross-site form posts
             async with session.post(url, json={"text": "x" * 300_000}) as response:

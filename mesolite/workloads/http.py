@@ -69,7 +69,8 @@ def routes(current: CurrentRunner) -> list[Route]:
         text, source = data.get("text"), data.get("source", "<workload>")
         if not isinstance(text, str) or not isinstance(source, str):
             raise web.HTTPBadRequest(text='"text" and "source" must be strings\n')
-        source = source[:MAX_SOURCE].replace("\n", " ")
+        # A name for messages and logs: bounded, and no control characters to forge lines.
+        source = "".join(c if c.isprintable() else "?" for c in source[:MAX_SOURCE])
         try:
             spec = runner().check(text, source)
         except WorkloadFileError as e:
