@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.http_serving import ConnectionLimits
 from mesolite.master.stream_limits import GrpcStreamLimitsConfig
 from mesolite.tls import TlsConfig
 
@@ -44,6 +45,9 @@ class MasterConfig:
     # gRPC streams per client (principal on a host, else host), and how long a new
     # stream may wait before its first message (master/stream_limits.py).
     grpc_streams: GrpcStreamLimitsConfig = field(default_factory=GrpcStreamLimitsConfig)
+    # HTTP connections: header deadline and caps (mesolite.http_serving), fitted at
+    # start to the process's descriptor limit.
+    http_connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     # TLS on both ports, and with it authentication of every call (master/authn.py).
     tls: TlsConfig | None = None
     credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)

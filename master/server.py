@@ -24,7 +24,7 @@ import grpc.aio
 import structlog
 from aiohttp import web
 
-from mesolite import grpc_utils
+from mesolite import grpc_utils, http_serving
 from mesolite.http_hosts import AllowedHosts
 from mesolite.master.authn import Authenticator
 from mesolite.master.effects import AsyncioTimers
@@ -124,16 +124,19 @@ class MasterServer:
             # The master reads the agents' sandboxes over HTTPS, as the principal it is.
             sandbox_ssl=tls.client_context() if tls else None,
         )
-        self._http = web.AppRunner(app, access_log=None)
+        http_limits = self.config.http_connections.fitted(http_serving.descriptor_limit())
+        self._http = http_serving.runner(app, http_limits)
         await self._http.setup()
-        site = web.TCPSite(
+        site = http_serving.LimitedSite(
             self._http,
             self.host,
             self._http_port,
+            limits=http_limits,
             ssl_context=tls.server_context(require_client_cert=False) if tls else None,
+            label="master",
         )
         await site.start()
-        self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.http_port = site.port
 
         cfg = self.config
         self._loops = [

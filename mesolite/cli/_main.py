@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mesolite import logs, tls_options
+from mesolite import http_serving, logs, tls_options
 from mesolite.cli._args import build_parser, isolation_config
 from mesolite.cli._certs import run_certs
 from mesolite.cli._views import show
@@ -22,6 +22,8 @@ from mesolite.views import VIEWS
 
 if TYPE_CHECKING:
     from mesolite.master.server import MasterServer
+
+    http_serving.raise_descriptor_limit()  # HTTP connection caps are fitted to it
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,6 +151,8 @@ async def _run_agent(args: argparse.Namespace) -> int:
     from mesolite.agent import Agent, AgentConfig, AgentError
     from mesolite.agent.resources import detect_resources
     from mesolite.agent.sandbox_http import SandboxServer, host_towards
+
+    http_serving.raise_descriptor_limit()
 
     try:
         auth = tls_options.client_auth(args)
