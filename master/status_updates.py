@@ -15,7 +15,7 @@ from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.errors import CallRejected
 from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
-from mesolite.master.validation import clip, ids_problem
+from mesolite.master.validation import MAX_UPDATES_PER_TASK, clip, ids_problem
 from mesolite.model import (
     StatusSource,
     TaskState,
@@ -46,8 +46,14 @@ class StatusUpdateHandling(MasterCore):
             return
         framework = self.frameworks.get(status.framework_id)
         task = framework.tasks.get(status.task_id) if framework else None
+        if task is not None and _over_bound(task, status):
+            self._acknowledge_here(agent, status, "update past the task's bound of updates")
+            return
         if framework is None or task is None:
             task = self._completed_task(framework, status.task_id) if framework else None
+            if task is not None and _over_bound(task, status):
+                self._acknowledge_here(agent, status, "update past the task's bound of updates")
+                return
             if task is not None and task.end_pending and status.update_id:
                 # Ended early (below): its updates still reach the framework, in order.
                 if status.update_id not in task.applied_updates:
@@ -299,3 +305,13 @@ class StatusUpdateHandling(MasterCore):
             self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
         self.request_allocation()
         self._forget_if_done(framework)
+
+
+def _over_bound(task: TaskRecord, status: TaskStatus) -> bool:
+    """A new live update for a task that has had MAX_UPDATES_PER_TASK already: an agent
+    making up update ids would otherwise grow the task's record without end."""
+    return (
+        len(task.applied_updates) >= MAX_UPDATES_PER_TASK
+        and status.update_id not in task.applied_updates
+        and not status.state.is_terminal
+    )

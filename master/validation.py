@@ -39,6 +39,10 @@ MAX_TASKS_PER_CALL = 1000  # tasks in one ACCEPT
 MAX_IDS_PER_CALL = 10_000  # offer ids in an ACCEPT or DECLINE, task ids in a RECONCILE
 MAX_TASKS_PER_AGENT = 10_000  # tasks an agent may report when it registers
 MAX_FAILOVER_TIMEOUT = 365 * 24 * 3600.0  # a year; Marathon's default is a week
+# Distinct updates applied per task (a task has a handful: starting, running, its end).
+# Past it an agent's live updates for the task are acknowledged and dropped; its end
+# is still applied.
+MAX_UPDATES_PER_TASK = 64
 
 
 def id_problem(what: str, value: str) -> str | None:

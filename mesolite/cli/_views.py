@@ -21,7 +21,7 @@ from rich.text import Text
 from mesolite import tls_options
 from mesolite.errors import MesoliteError
 from mesolite.snapshot import ClusterSnapshot, DocumentError
-from mesolite.tls import TlsError
+from mesolite.tls import MASTER_SERVER_NAME, TlsError
 from mesolite.tls_options import PLAINTEXT, ClientAuth
 from mesolite.views import VIEWS, View
 
@@ -40,7 +40,9 @@ def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
     context: ssl.SSLContext | None = None
     request = urllib.request.Request(f"{url}/state")
     if auth.tls is not None:
-        context = auth.tls.client_context()
+        # The master's own name, not the address: an agent's certificate for the
+        # same host must not pass for the master's.
+        context = auth.tls.client_context(server_name=MASTER_SERVER_NAME)
     if auth.token is not None:
         request.add_header("Authorization", f"Bearer {auth.token}")
     try:
