@@ -77,8 +77,9 @@ CN. Without a certificate it passes the CA alone and `token=` (a bearer token), 
 against the master's token port.
 """
 
-from mesolite.framework_sdk._config import ConnectionConfig
+from mesolite.framework_sdk._config import DEFAULT_FAILOVER_TIMEOUT, ConnectionConfig
 from mesolite.framework_sdk._errors import (
+    FrameworkGone,
     FrameworkRejected,
     InvalidCall,
     MesoliteError,
@@ -92,8 +93,10 @@ from mesolite.resources import Resources
 from mesolite.tls import TlsConfig
 
 __all__ = [
+    "DEFAULT_FAILOVER_TIMEOUT",
     "ConnectionConfig",
     "Framework",
+    "FrameworkGone",
     "FrameworkRejected",
     "InvalidCall",
     "MesoliteError",

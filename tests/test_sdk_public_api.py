@@ -18,8 +18,10 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 def test_the_public_names_are_pinned() -> None:
     assert framework_sdk.__all__ == [
+        "DEFAULT_FAILOVER_TIMEOUT",
         "ConnectionConfig",
         "Framework",
+        "FrameworkGone",
         "FrameworkRejected",
         "InvalidCall",
         "MesoliteError",
