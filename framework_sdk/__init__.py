@@ -88,7 +88,7 @@ from mesolite.framework_sdk._errors import (
 )
 from mesolite.framework_sdk._framework import Framework
 from mesolite.framework_sdk._ids import new_task_id
-from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
+from mesolite.model import Offer, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from mesolite.tls import TlsConfig
 
@@ -104,6 +104,7 @@ __all__ = [
     "Offer",
     "Resources",
     "RpcError",
+    "StatusSource",
     "TaskSpec",
     "TaskState",
     "TaskStatus",

@@ -80,12 +80,15 @@ class FrameworkGone(FrameworkRejected):
             else "start again without this framework id to register as a new framework"
         )
         super().__init__("NOT_FOUND", details)
-        self.args = (
+        self._message = (
             f"NOT_FOUND: framework {framework_id} is not known to the master ({details}): "
             f"no scheduler came back within its failover timeout ({failover_timeout:g} s), "
-            f"or it was torn down, and its tasks were killed; {then}",
+            f"or it was torn down, and its tasks were killed; {then}"
         )
         self.framework_id = framework_id
         """The id the master no longer knows."""
         self.stale_id_file = stale_id_file
         """Where the id file went (`<id_file>.stale`); None without one."""
+
+    def __str__(self) -> str:
+        return self._message

@@ -76,7 +76,6 @@ _TRANSIENT = frozenset(
 _MISSED_HEARTBEATS = 3
 
 Call = scheduler_pb2.Call
-_DEFAULT_CONNECTION = ConnectionConfig()
 
 
 class Framework:
@@ -136,7 +135,7 @@ class Framework:
         framework_id: str | None = None,
         id_file: str | os.PathLike[str] | None = None,
         *,
-        connection: ConnectionConfig = _DEFAULT_CONNECTION,
+        connection: ConnectionConfig | None = None,
         tls: TlsConfig | None = None,
         token: str | None = None,
     ) -> None:
@@ -165,7 +164,7 @@ class Framework:
         `framework_id`: fail over to this framework (overrides `id_file`'s).
 
         `connection` says how to keep the subscription alive: reconnection delays,
-        timeouts (`ConnectionConfig`; the defaults suit a real cluster).
+        timeouts (`ConnectionConfig`; None: its defaults, which suit a real cluster).
 
         `tls` connects over TLS: the master is verified against `tls.ca`, and the
         framework's principal is the CN of `tls.cert` (`TlsConfig.from_dir("certs/framework")`
@@ -195,7 +194,7 @@ class Framework:
         """The role whose share DRF weighs."""
         self.failover_timeout: float = failover_timeout
         """Seconds the master keeps the framework and its tasks after a disconnection."""
-        self.connection = connection
+        self.connection = connection or ConnectionConfig()
         """How the SDK keeps the subscription alive."""
         if framework_id is None and self._id_file is not None:
             framework_id = self._id_file.read()

@@ -61,8 +61,11 @@ class TlsConfig:
     a client that authenticates with a bearer token instead)."""
 
     ca: Path
+    """The cluster CA's certificate (PEM): the master must chain to it."""
     cert: Path | None = None
+    """This process's certificate (PEM); its subject CN is its principal."""
     key: Path | None = None
+    """The certificate's private key (PEM)."""
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -90,9 +93,11 @@ class TlsConfig:
 
     @property
     def has_certificate(self) -> bool:
+        """Whether this process proves who it is with a certificate (else a token)."""
         return self.cert is not None
 
     def read(self) -> TlsMaterial:
+        """The files' PEM bytes (what gRPC takes); raises `TlsError` if one is unreadable."""
         try:
             return TlsMaterial(
                 self.ca.read_bytes(),

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
+import pkgutil
 import re
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from mesolite.framework_sdk import Framework, new_task_id
 from mesolite.framework_sdk._ids import RecentIds
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+REFERENCE_SCRIPT = EXAMPLES.parent / "scripts" / "gen_sdk_reference.py"
 
 
 def test_the_public_names_are_pinned() -> None:
@@ -29,6 +33,7 @@ def test_the_public_names_are_pinned() -> None:
         "Offer",
         "Resources",
         "RpcError",
+        "StatusSource",
         "TaskSpec",
         "TaskState",
         "TaskStatus",
@@ -43,6 +48,29 @@ def test_every_error_derives_from_the_one_root() -> None:
     errors = [framework_sdk.FrameworkRejected, framework_sdk.NotConnected, framework_sdk.RpcError]
     assert all(issubclass(e, framework_sdk.MesoliteError) for e in errors)
     assert issubclass(framework_sdk.FrameworkRejected, framework_sdk.RpcError)
+    assert issubclass(framework_sdk.FrameworkGone, framework_sdk.FrameworkRejected)
+    # Every exception any module of the SDK defines, public or not (StreamLost...).
+    defined = [
+        value
+        for module in pkgutil.iter_modules(framework_sdk.__path__, "mesolite.framework_sdk.")
+        for value in vars(importlib.import_module(module.name)).values()
+        if isinstance(value, type) and issubclass(value, BaseException)
+    ]
+    assert {e.__name__ for e in defined} >= {"FrameworkGone", "StreamLost", "InvalidCall"}
+    assert [e for e in defined if not issubclass(e, framework_sdk.MesoliteError)] == []
+
+
+def test_every_public_name_and_member_has_a_docstring() -> None:
+    """What scripts/gen_sdk_reference.py checks before writing docs/reference/ (griffe
+    reads field and enum member docstrings, which `inspect` cannot see)."""
+    pytest.importorskip("griffe2md")
+    spec = importlib.util.spec_from_file_location("gen_sdk_reference", REFERENCE_SCRIPT)
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    _, objects = script.load()
+    assert script.undocumented(objects) == []
+    assert {o.name for o in objects} == set(framework_sdk.__all__)
 
 
 def test_the_framework_api_is_pinned() -> None:
@@ -78,6 +106,7 @@ def test_connection_settings_are_one_object_with_the_old_defaults() -> None:
     assert (connection.reconnect_initial, connection.reconnect_max) == (0.5, 30.0)
     assert (connection.subscribe_timeout, connection.stop_grace) == (10.0, 2.0)
     assert connection.reconnect_backoff == Backoff(0.5, 30.0)
+    assert connection.reconcile_timeout == 120.0
     assert Framework("f").connection == connection
     fast = framework_sdk.ConnectionConfig(reconnect_initial=0.01, reconnect_max=0.1)
     assert Framework("f", connection=fast).connection is fast
