@@ -56,6 +56,10 @@ class KeepRunning(Framework):
         self.command = command
         self.resources = resources
         self.live: dict[str, TaskState] = {}  # every instance not ended: its last state
+        # Launches the master may still refuse (until a task of theirs reports).
+        self.launches: dict[str, list[str]] = {}  # call id -> task ids
+        self.launched_by: dict[str, str] = {}  # task id -> call id
+        self.steady = False  # said "N of N live" since the last change
 
     async def on_offers(self, offers: list[Offer]) -> None:
         for offer in offers:
@@ -65,21 +69,38 @@ class KeepRunning(Framework):
                 tasks.append(TaskSpec(new_task_id(self.name), self.command, self.resources))
                 free -= self.resources
             if not tasks:
+                if len(self.live) == self.instances and not self.steady:
+                    self.steady = True
+                    print(f"steady: {len(self.live)} of {self.instances} live", flush=True)
                 # Full (or too small): keep it from us for a while; revive() below
                 # asks for offers again as soon as an instance ends.
                 await self.decline(offer, refuse_seconds=30)
                 continue
-            await self.launch(offer, tasks)
+            call_id = await self.launch(offer, tasks)
+            self.launches[call_id] = [t.task_id for t in tasks]
             for task in tasks:
                 self.live[task.task_id] = TaskState.STAGING
+                self.launched_by[task.task_id] = call_id
                 print(f"launched {task.task_id} on {offer.hostname}", flush=True)
 
+    async def on_error(self, message: str, call_id: str) -> None:
+        # A refused launch started nothing: those instances are not live.
+        for task_id in self.launches.pop(call_id, []):
+            del self.launched_by[task_id]
+            self.live.pop(task_id, None)
+        print(f"refused: {message}", flush=True)
+        await self.revive()
+
     async def on_update(self, status: TaskStatus) -> None:
+        # A task reported: its launch was accepted, nothing of it can be refused now.
+        for task_id in self.launches.pop(self.launched_by.get(status.task_id, ""), []):
+            del self.launched_by[task_id]
         if not status.state.is_terminal:
             if self.live.get(status.task_id) != status.state:
                 print(f"{status.task_id} {status.state.value}", flush=True)
             self.live[status.task_id] = status.state
         elif self.live.pop(status.task_id, None) is not None:
+            self.steady = False
             print(
                 f"{status.task_id} ended {status.state.value} (exit {status.exit_code}): "
                 f"{len(self.live)} of {self.instances} live, replacing it",

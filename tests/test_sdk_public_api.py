@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import inspect
@@ -12,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from mesolite import framework_sdk
+from mesolite.agent import _task_env as task_env
 from mesolite.backoff import Backoff
-from mesolite.framework_sdk import Framework, new_task_id
+from mesolite.framework_sdk import Framework, StatusSource, new_task_id
 from mesolite.framework_sdk._ids import RecentIds
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -160,3 +162,29 @@ def test_readme_shows_the_hello_example_as_it_is() -> None:
     example = (root / "examples" / "hello_framework.py").read_text()
     code = example.split('"""', 2)[2].lstrip("\n")  # without the module docstring
     assert block == code
+
+
+def test_the_guide_covers_every_field_state_call_and_callback() -> None:
+    """docs/framework-guide.md names every field of the public types, every task state,
+    every call and callback and the task's MESOLITE_* variables (so a new one cannot
+    be added without a word there)."""
+    guide = (EXAMPLES.parent / "docs" / "framework-guide.md").read_text()
+    names = [
+        f.name
+        for cls in (
+            framework_sdk.Offer,
+            framework_sdk.TaskSpec,
+            framework_sdk.TaskStatus,
+            framework_sdk.ConnectionConfig,
+            framework_sdk.TlsConfig,
+        )
+        for f in dataclasses.fields(cls)
+    ]
+    names += [s.value for s in framework_sdk.TaskState] + [s.name for s in StatusSource]
+    names += [n for n in vars(Framework) if not n.startswith("_")]
+    names += ["name", "role", "failover_timeout", "framework_id", "id_file", "connection"]
+    names += ["MESOLITE_FRAMEWORK_ID", "MESOLITE_TASK_ID", "MESOLITE_SANDBOX"]
+    names += ["MESOLITE_AGENT_ID", "FrameworkGone", "DEFAULT_FAILOVER_TIMEOUT"]
+    names += [n for n in task_env.PASSED]
+    missing = [n for n in names if f"`{n}" not in guide]
+    assert missing == []
