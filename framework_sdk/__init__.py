@@ -66,10 +66,18 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
 `Framework(..., connection=ConnectionConfig(...))` tunes how the subscription is kept
 alive (reconnection delays, timeouts); the defaults suit a real cluster.
 
+After every subscription with a framework id (a reconnection, or a new process started
+with its `id_file`), the framework hears of every task the master knows for it through
+`on_update` before it is handed any offer. `Framework(..., id_file=PATH)` keeps the id
+across restarts, with a failover timeout of a week unless given (0 is refused with an
+id file); a framework the master has forgotten gets `FrameworkGone` and its id file is
+moved aside. docs/framework-guide.md tells the whole story; docs/reference/
+framework-sdk.md documents every public name.
+
 Everything the SDK raises derives from `MesoliteError` (mesolite's one error root);
 `FrameworkRejected` means the master refused the subscription and retrying will not
-help (UNAUTHENTICATED included); `InvalidCall` (also a `ValueError`) a call the SDK could
-tell was wrong.
+help (UNAUTHENTICATED included; `FrameworkGone` when it no longer knows the framework
+id); `InvalidCall` (also a `ValueError`) a call the SDK could tell was wrong.
 
 On a cluster with TLS, a framework passes `tls=TlsConfig.from_dir(DIR)`, DIR being its
 bundle from `mesolite certs init` (`--tls-dir` above); its principal is its certificate's
