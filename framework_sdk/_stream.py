@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import grpc
@@ -30,6 +31,7 @@ class Stream:
             self._calls.write_to(self._call), name="mesolite-stream-writer"
         )
         self._read: asyncio.Future[Any] | None = None
+        self._read_since = 0.0  # when the read in flight started (time.monotonic)
 
     async def send(self, call: scheduler_pb2.Call) -> None:
         if self._calls.closed:
@@ -37,9 +39,10 @@ class Stream:
         await self._calls.put(call)
 
     async def next_event(
-        self, silence: float | None, stop: asyncio.Event
+        self, silence: float | None, stop: asyncio.Event, wake_at: float | None = None
     ) -> scheduler_pb2.Event | None:
-        """The next event, or None once `stop` is set.
+        """The next event, or None once `stop` is set or `time.monotonic()` has reached
+        `wake_at` (the read goes on: the next call returns what it reads).
 
         Raises `StreamLost` when the master ends the stream or sends nothing for `silence`
         seconds, and `grpc.aio.AioRpcError` when the stream ends with an error status.
@@ -48,17 +51,25 @@ class Stream:
         fails inside gRPC core as the connection breaks leaves the status INTERNAL, not
         UNAVAILABLE: `_framework._TRANSIENT` counts both.)
         """
+        now = time.monotonic()
         if self._read is None:
             self._read = asyncio.ensure_future(self._call.read())
+            self._read_since = now
+        timeout = None if silence is None else max(0.0, self._read_since + silence - now)
+        if wake_at is not None:
+            until_wake = max(0.0, wake_at - now)
+            timeout = until_wake if timeout is None else min(timeout, until_wake)
         stopping = asyncio.ensure_future(stop.wait())
         try:
             done, _ = await asyncio.wait(
-                {self._read, stopping}, timeout=silence, return_when=asyncio.FIRST_COMPLETED
+                {self._read, stopping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             stopping.cancel()
         if self._read not in done:
             if stop.is_set():
+                return None
+            if wake_at is not None and time.monotonic() >= wake_at:
                 return None
             raise StreamLost(f"no event from the master for {silence:g}s")
         read, self._read = self._read, None

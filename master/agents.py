@@ -285,6 +285,7 @@ class AgentHandling(MasterCore):
             framework = self.frameworks.get(framework_id)
             if framework is not None:
                 self._forget_if_done(framework)
+        self._answer_deferred_reconciliations()
         return kills
 
     def _adopt_task(self, agent: AgentRecord, rt: RunningTask) -> None:

@@ -265,6 +265,10 @@ class MasterCore(abc.ABC):
         """master/status_updates.py"""
 
     @abc.abstractmethod
+    def _answer_deferred_reconciliations(self) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
     def _tasks_expected(self, framework_id: str) -> bool:
         """master/recovery.py"""
 

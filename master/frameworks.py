@@ -135,6 +135,7 @@ class FrameworkHandling(MasterCore):
             framework.info = info
             self.registry.add_framework(self._registry_entry(framework))
         framework.outbox = outbox
+        framework.deferred_reconciliations = []  # asked on the old stream
         framework.disconnected_at = None
         framework.suppressed = False
         self.allocator.revive(framework.framework_id)
@@ -155,6 +156,7 @@ class FrameworkHandling(MasterCore):
         if framework is None or framework.outbox is not outbox:
             return  # already replaced or torn down
         framework.outbox = None
+        framework.deferred_reconciliations = []  # nobody to answer now
         framework.disconnected_at = self._clock()
         self._rescind_offers(framework)
         self.allocator.disconnect_framework(framework_id)
@@ -197,6 +199,7 @@ class FrameworkHandling(MasterCore):
         if framework.outbox is not None:
             framework.outbox.close("framework torn down")
             framework.outbox = None
+        framework.deferred_reconciliations = []
         self.registry.mark_framework_removing(framework_id)
         framework.removing = True
         self.allocator.disconnect_framework(framework_id)

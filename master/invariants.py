@@ -9,7 +9,9 @@ What must always hold, whatever failed:
   offers, and the frameworks' allocations add up to the agents';
 - every offer belongs to exactly one framework and one live agent;
 - every running task is in exactly one place: its framework's and its agent's
-  books agree.
+  books agree;
+- an implicit reconciliation waits only while its framework is connected and
+  an agent holding its tasks is still re-registering (else its answer is owed).
 
 `check` is O(agents + frameworks + tasks + offers): cheap enough to run after
 every allocation cycle and every call when `MasterConfig.check_invariants` is
@@ -95,6 +97,13 @@ def check(master: MasterCore) -> list[str]:
                 f"framework {framework_id}: allocator counts {allocated}, "
                 f"tasks and offers hold {expected}"
             )
+    for framework in master.frameworks.values():
+        waiting = framework.deferred_reconciliations
+        if waiting and (
+            not framework.connected or not master._tasks_expected(framework.framework_id)
+        ):
+            what = f"framework {framework.framework_id}: reconciliation {waiting[0]}"
+            problems.append(f"{what} waits for nothing")
     if frameworks_total != agents_total:
         problems.append(f"frameworks hold {frameworks_total}, agents lend {agents_total}")
     return problems

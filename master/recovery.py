@@ -142,3 +142,4 @@ class RecoveryHandling(MasterCore):
             log.warning("agent did not re-register; removed", agent_id=agent_id, tasks=len(tasks))
         for framework in list(self.frameworks.values()):
             self._forget_if_done(framework)
+        self._answer_deferred_reconciliations()

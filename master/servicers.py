@@ -246,7 +246,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 ack = call.acknowledge
                 master.acknowledge(framework_id, ack.agent_id, ack.task_id, ack.update_id)
             elif kind == "reconcile":
-                master.reconcile(framework_id, list(call.reconcile.task_ids))
+                master.reconcile(framework_id, list(call.reconcile.task_ids), call.call_id)
             elif kind == "revive":
                 master.revive(framework_id)
             elif kind == "suppress":
@@ -297,6 +297,8 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
             return E(error=E.Error(message=message_text, call_id=call_id))
         case msg.Heartbeat():
             return E(heartbeat=E.Heartbeat())
+        case msg.Reconciled(call_id, tasks):
+            return E(reconciled=E.Reconciled(call_id=call_id, tasks=tasks))
     raise TypeError(f"not a framework message: {message!r}")
 
 

@@ -71,6 +71,9 @@ class FrameworkRecord:
     # Updates the master made (say, TASK_LOST) while the framework was away,
     # sent when it subscribes again.
     undelivered: list[TaskStatus] = field(default_factory=list)
+    # Call ids of implicit reconciliations on its current stream that wait for
+    # agents re-registering after a restart (master/status_updates.py).
+    deferred_reconciliations: list[str] = field(default_factory=list)
     # Torn down, waiting for its tasks to end; unknown to everyone else.
     removing: bool = False
     # Who subscribed it (from the connection; None without authentication): only

@@ -15,12 +15,16 @@ from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.errors import CallRejected
 from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
-from mesolite.master.validation import MAX_UPDATES_PER_TASK, clip, ids_problem
+from mesolite.master.validation import MAX_UPDATES_PER_TASK, clip, id_problem, ids_problem
 from mesolite.model import (
     StatusSource,
     TaskState,
     TaskStatus,
 )
+
+# Implicit reconciliations of one framework that may wait at once for agents
+# re-registering after a restart (the SDK sends one per subscription).
+MAX_DEFERRED_RECONCILIATIONS = 16
 
 
 class StatusUpdateHandling(MasterCore):
@@ -186,7 +190,7 @@ class StatusUpdateHandling(MasterCore):
             update_id=update_id,
         )
 
-    def reconcile(self, framework_id: str, task_ids: Sequence[str]) -> None:
+    def reconcile(self, framework_id: str, task_ids: Sequence[str], call_id: str = "") -> None:
         """Answer with the latest known state of each task, as Mesos does.
 
         Explicit (task ids given): the state of each task the master knows; a
@@ -195,16 +199,21 @@ class StatusUpdateHandling(MasterCore):
         bring it back, or report how it ended (an end the previous master
         applied while the framework was away is in no registry), so the
         master does not answer for it yet (as Mesos): the framework asks
-        again. Implicit (no ids): every running task of the framework.
+        again.
+
+        Implicit (no ids): every live task of the framework, then `Reconciled`
+        with `call_id`, so the framework knows its picture is complete (the SDK
+        holds offers until then). While agents the registry placed its tasks on
+        are still re-registering after a restart, the whole answer waits for
+        them (or for their window to end, their tasks then TASK_LOST first):
+        answered earlier, it would leave out tasks that are running.
         """
         framework = self._framework(framework_id)
         assert framework.outbox is not None
         if problem := ids_problem("task ids", task_ids):
             raise CallRejected(problem)
         if not task_ids:
-            for task in framework.tasks.values():
-                framework.outbox.send(msg.Update(self._latest_status(task)))
-            log.info("reconciled", framework_id=framework_id, tasks=len(framework.tasks))
+            self._reconcile_all(framework, call_id)
             return
         unanswered = []
         for task_id in task_ids:
@@ -230,6 +239,53 @@ class StatusUpdateHandling(MasterCore):
                 agents=len(self.recovering_agents),
             )
         log.info("reconciled", framework_id=framework_id, tasks=len(task_ids))
+
+    def _reconcile_all(self, framework: FrameworkRecord, call_id: str) -> None:
+        framework_id = framework.framework_id
+        if call_id and (problem := id_problem("call id", call_id)):
+            raise CallRejected(problem)
+        if self._tasks_expected(framework_id):
+            if len(framework.deferred_reconciliations) >= MAX_DEFERRED_RECONCILIATIONS:
+                raise CallRejected(
+                    f"{MAX_DEFERRED_RECONCILIATIONS} reconciliations already wait for agents "
+                    "re-registering after a master restart"
+                )
+            framework.deferred_reconciliations.append(call_id)
+            log.info(
+                "reconciliation deferred until the agents with its tasks re-register",
+                framework_id=framework_id,
+                call_id=call_id,
+                agents=sum(
+                    any(e.framework_id == framework_id for e in entries)
+                    for entries in self.recovering_agents.values()
+                ),
+            )
+            return
+        self._answer_all(framework, [call_id])
+
+    def _answer_all(self, framework: FrameworkRecord, call_ids: Sequence[str]) -> None:
+        """The implicit reconciliation's answer: each live task, then the markers."""
+        assert framework.outbox is not None
+        for task in framework.tasks.values():
+            framework.outbox.send(msg.Update(self._latest_status(task)))
+        for call_id in call_ids:
+            framework.outbox.send(msg.Reconciled(call_id, len(framework.tasks)))
+        log.info(
+            "reconciled",
+            framework_id=framework.framework_id,
+            tasks=len(framework.tasks),
+            call_ids=list(call_ids),
+        )
+
+    def _answer_deferred_reconciliations(self) -> None:
+        """Answer the implicit reconciliations that waited for agents, now that none
+        of a framework's tasks can come back with an agent still re-registering."""
+        for framework in self.frameworks.values():
+            waiting = framework.deferred_reconciliations
+            if waiting and not self._tasks_expected(framework.framework_id):
+                framework.deferred_reconciliations = []
+                if framework.outbox is not None and not framework.removing:
+                    self._answer_all(framework, waiting)
 
     def _latest_status(self, task: TaskRecord) -> TaskStatus:
         last = task.status

@@ -61,8 +61,11 @@ class TlsConfig:
     a client that authenticates with a bearer token instead)."""
 
     ca: Path
+    """The cluster CA's certificate (PEM): the master must chain to it."""
     cert: Path | None = None
+    """This process's certificate (PEM); its subject CN is its principal."""
     key: Path | None = None
+    """The certificate's private key (PEM)."""
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -90,9 +93,11 @@ class TlsConfig:
 
     @property
     def has_certificate(self) -> bool:
+        """Whether this process proves who it is with a certificate (else a token)."""
         return self.cert is not None
 
     def read(self) -> TlsMaterial:
+        """The files' PEM bytes (what gRPC takes); raises `TlsError` if one is unreadable."""
         try:
             return TlsMaterial(
                 self.ca.read_bytes(),
@@ -117,7 +122,7 @@ class TlsConfig:
         """For an HTTPS client: verifies the server's certificate and host name against the
         CA, and presents this certificate when there is one. With `server_name`, the
         certificate must hold that name, whatever address is dialled: a client of the
-        master passes MASTER_SERVER_NAME (`master_client_context`)."""
+        master passes MASTER_SERVER_NAME."""
         try:
             context = (
                 ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))

@@ -95,7 +95,7 @@ class SteadyFramework(Framework):
         name: str,
         ledger: Ledger,
         rng: random.Random,
-        id_file: Path,
+        id_file: Path | None,
         failover_timeout: float,
         long_every: int = 0,
     ) -> None:
@@ -251,7 +251,9 @@ class Chaos:
             name,
             ledger,
             random.Random(self.rng.random()),
-            self.work_dir / f"{name}.id",
+            # A framework that never fails over keeps no id (the SDK refuses one with
+            # failover timeout 0: the id could never be used).
+            self.work_dir / f"{name}.id" if failover else None,
             failover_timeout=failover,
             long_every=long_every,
         )

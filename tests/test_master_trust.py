@@ -641,7 +641,7 @@ def test_an_agent_cannot_grow_a_tasks_record_with_made_up_updates(core: CoreHarn
     """A rogue agent sends endless RUNNING updates for its own task, each with a new
     update id: past the bound they are acknowledged and dropped, not applied or
     forwarded, and the task's end still comes through."""
-    fw, agent, running = launched(core)
+    fw, agent, _ = launched(core)
     bound = validation.MAX_UPDATES_PER_TASK
     for n in range(bound + 50):
         core.update(agent, fw, "t1", TaskState.RUNNING, update_id=f"u{n}")

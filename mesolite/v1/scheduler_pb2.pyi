@@ -252,7 +252,9 @@ class Call(_message.Message):
         TASK_IDS_FIELD_NUMBER: _builtins.int
         @_builtins.property
         def task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-            """empty: all of the framework's tasks"""
+            """Empty: every task the master knows for the framework (implicit), answered
+            by one UPDATE per task and then RECONCILED with this call's call_id.
+            """
 
         def __init__(
             self,
@@ -489,6 +491,34 @@ class Event(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Reconciled(_message.Message):
+        """Every answer to the implicit reconciliation `call_id` (a RECONCILE with no
+        task ids) has been sent: an UPDATE with the latest state of each task the
+        master knows for the framework. After a master restart the answers wait until
+        every agent the registry placed the framework's tasks on is back (or its time
+        to come back is over: its tasks are then TASK_LOST, sent first).
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CALL_ID_FIELD_NUMBER: _builtins.int
+        TASKS_FIELD_NUMBER: _builtins.int
+        call_id: _builtins.str
+        tasks: _builtins.int
+        """how many tasks were answered for"""
+        def __init__(
+            self,
+            *,
+            call_id: _builtins.str = ...,
+            tasks: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "tasks", b"tasks"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
     OFFERS_FIELD_NUMBER: _builtins.int
     RESCIND_FIELD_NUMBER: _builtins.int
@@ -496,6 +526,7 @@ class Event(_message.Message):
     FAILURE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    RECONCILED_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___Event.Subscribed: ...
     @_builtins.property
@@ -510,6 +541,8 @@ class Event(_message.Message):
     def error(self) -> Global___Event.Error: ...
     @_builtins.property
     def heartbeat(self) -> Global___Event.Heartbeat: ...
+    @_builtins.property
+    def reconciled(self) -> Global___Event.Reconciled: ...
     def __init__(
         self,
         *,
@@ -520,12 +553,13 @@ class Event(_message.Message):
         failure: Global___Event.Failure | None = ...,
         error: Global___Event.Error | None = ...,
         heartbeat: Global___Event.Heartbeat | None = ...,
+        reconciled: Global___Event.Reconciled | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat", "reconciled"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
