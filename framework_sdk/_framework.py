@@ -105,6 +105,7 @@ class Framework:
         connection: ConnectionConfig = _DEFAULT_CONNECTION,
         tls: TlsConfig | None = None,
         token: str | None = None,
+        user: str | None = None,
     ) -> None:
         """`id_file`, when given, keeps the framework id across restarts of this
         process: read at start (unless `framework_id` is given), written when the
@@ -119,7 +120,13 @@ class Framework:
         `tls` connects over TLS: the master is verified against `tls.ca`, and the
         framework's principal is the CN of `tls.cert` (`TlsConfig.from_dir("certs/framework")`
         reads a bundle `mesolite certs init` made). Without a certificate, `token` is sent
-        as a bearer token instead (to the master's token port); never without TLS."""
+        as a bearer token instead (to the master's token port); never without TLS.
+
+        `user` is the Unix user the framework's tasks run as on agents that switch users
+        (run as root; Mesos' `FrameworkInfo.user`): it must exist on those agents (else
+        its tasks fail) and the master's ACLs must let this framework's principal use it
+        (`run_tasks`; root only where an entry names it). None: each agent's
+        `--task-user`. It cannot change while the framework lives."""
         if token is not None and tls is None:
             raise InvalidCall("a bearer token is sent only over TLS: give tls=TlsConfig(ca=...)")
         self._tls = tls
@@ -127,6 +134,7 @@ class Framework:
         self.name = name
         self.role = role
         self.failover_timeout = failover_timeout
+        self.user = user
         self.connection = connection
         self._id_file = Path(id_file) if id_file is not None else None
         if framework_id is None and self._id_file is not None and self._id_file.exists():
@@ -344,6 +352,7 @@ class Framework:
             role=self.role,
             failover_timeout=self.failover_timeout,
             framework_id=self.framework_id or "",
+            user=self.user or "",
         )
         return Call(
             call_id=uuid.uuid4().hex,
