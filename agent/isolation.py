@@ -320,7 +320,7 @@ class Isolator:
             return self.user
         try:
             user = TaskUser.lookup(framework_user)
-        except KeyError:
+        except (KeyError, ValueError):  # ValueError: a NUL (the master lets none through)
             raise TaskUserError(
                 f"user {framework_user!r} does not exist on this agent: a framework's user "
                 "must exist on every agent its tasks run on"

@@ -371,8 +371,10 @@ BUGS = [
     Bug(
         "user: a user missing on the agent runs the task as the task user",
         "agent/isolation.py",
-        "        except KeyError:\n            raise TaskUserError(",
-        "        except KeyError:\n            return self.user\n            raise TaskUserError(",
+        "        except (KeyError, ValueError):  # ValueError: a NUL (the master lets none "
+        "through)\n            raise TaskUserError(",
+        "        except (KeyError, ValueError):\n            return self.user\n"
+        "            raise TaskUserError(",
         USER_TESTS,
     ),
     Bug(
