@@ -50,7 +50,7 @@ from mesolite.agent._task_records import (
     returncode_of,
     write_checkpoint,
 )
-from mesolite.agent.isolation import Isolator
+from mesolite.agent.isolation import Isolator, TaskUserError
 from mesolite.model import TaskState
 
 log = structlog.get_logger("mesolite.agent.tasks")
@@ -109,17 +109,26 @@ class TaskProcesses:
     async def _execute(self, t: TaskRun) -> TaskTransition:
         """Run the task to its end and return its terminal transition."""
         try:
-            await asyncio.to_thread(prepare_records, t.records)
-            stdout, stderr = await asyncio.to_thread(
-                prepare_sandbox, t.sandbox, self._isolator.user
+            user = await asyncio.to_thread(self._isolator.user_for, t.user)
+        except TaskUserError as e:
+            log.warning(
+                "cannot run a task as its framework's user",
+                framework_id=t.framework_id,
+                task_id=t.spec.task_id,
+                user=t.user,
+                reason=str(e),
             )
+            return t.transition(TaskState.FAILED, str(e))
+        try:
+            await asyncio.to_thread(prepare_records, t.records)
+            stdout, stderr = await asyncio.to_thread(prepare_sandbox, t.sandbox, user)
         except OSError as e:
             return t.transition(TaskState.FAILED, f"could not create the sandbox: {e}")
         t.sandbox_ready = True
         try:
             try:
                 t.container = await asyncio.to_thread(
-                    self._isolator.create, t.run_id, t.spec.resources
+                    self._isolator.create, t.run_id, t.spec.resources, user
                 )
             except OSError as e:
                 log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
@@ -285,7 +294,7 @@ class TaskProcesses:
         return t.transition(TaskState.FAILED, why)
 
     def _environment(self, t: TaskRun) -> dict[str, str]:
-        user = self._isolator.user
+        user = t.container.user if t.container is not None else None
         return task_environment(
             os.environ,
             task_env=t.spec.environment,

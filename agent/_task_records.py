@@ -40,6 +40,8 @@ log = structlog.get_logger(__name__)
 CHECKPOINT_FILE = "task.json"
 RECORDS_DIR = "meta"  # under the work dir, beside "sandboxes"
 SANDBOXES_DIR = "sandboxes"
+SANDBOX_PARENT_MODE = 0o711  # sandboxes/ and sandboxes/<framework_id>/: pass, never list
+SANDBOX_MODE = 0o700  # a sandbox: its task's user's alone
 EXIT_FILE = _task_wrapper.EXIT_FILE
 WRAPPER_FILE = _task_wrapper.WRAPPER_FILE
 
@@ -74,6 +76,7 @@ class TaskRun:
     sandbox: Path
     run_id: str
     records: Path  # task.json, exit.json, wrapper.json: the agent's, not the task's
+    user: str = ""  # its framework's user, as the launch named it ("": the task user)
     state: TaskState = TaskState.STARTING
     live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
     process: asyncio.subprocess.Process | None = None  # only when this agent started it
@@ -159,16 +162,21 @@ def prepare_records(records: Path) -> None:
 
 
 def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], IO[bytes]]:
-    """The sandbox, owned by `owner` if given, and its fresh stdout and stderr files.
+    """The sandbox, owned by `owner` if given, 0700, and its fresh stdout and stderr files.
 
-    The directories above it stay the agent's (0755). The agent writes into a
-    directory its task owns, so it never follows what the task may have left
-    there: stdout and stderr are unlinked and created anew, never opened through
-    a link.
+    The directories above it (``sandboxes/`` and ``sandboxes/<framework_id>/``) stay
+    the agent's, 0711: a task reaches its own sandbox through them but can list
+    neither, and another user's sandbox it can neither list nor read. The agent
+    writes into a directory its task owns, so it never follows what the task may
+    have left there: stdout and stderr are unlinked and created anew, never opened
+    through a link.
     """
     for directory in (sandbox.parent.parent, sandbox.parent):
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    sandbox.mkdir(mode=0o755, exist_ok=True)
+        directory.mkdir(mode=SANDBOX_PARENT_MODE, parents=True, exist_ok=True)
+        os.chmod(directory, SANDBOX_PARENT_MODE)  # also when an older agent made it 0755
+    sandbox.mkdir(mode=SANDBOX_MODE, exist_ok=True)
+    # Its owner may loosen it; the agent sets it again at each launch.
+    os.chmod(sandbox, SANDBOX_MODE)
     if owner is not None:
         os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
     files: list[IO[bytes]] = []
@@ -201,6 +209,7 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
             "environment": t.spec.environment,
         },
         "run_id": t.run_id,
+        "user": t.user,
         "pid": t.process.pid if t.process is not None else t.pid,
         "pid_start_time": t.start_time,
         "started": t.started,
@@ -269,6 +278,7 @@ def task_from_checkpoint(records: Path, sandbox: Path, record: dict[str, Any]) -
         sandbox,
         _str(record.get("run_id", "")),
         records,
+        user=_str(record.get("user", "")),
         state=TaskState(record["state"]),
         pid=pid,
         start_time=start_time,

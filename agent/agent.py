@@ -25,12 +25,13 @@ What the master can rely on:
     the agent reconnects with jittered backoff, forever.
 
 The agent survives its own SIGKILL (Mesos' agent recovery, with checkpointing).
-Everything it needs is in its work dir:
+Everything it needs is in its work dir (0711: tasks pass through it, none lists it):
 
-    agent.json               its agent id, written once the master gave it one
-    status_updates.jsonl     updates not yet acknowledged (`agent._journal`)
+    agent.json               its agent id, written once the master gave it one (0600)
+    status_updates.jsonl     updates not yet acknowledged (`agent._journal`, 0600)
     sandboxes/<framework_id>/<task_id>/{stdout,stderr,...}
-                             one per task, owned by the task's user (`agent.tasks`)
+                             one per task, owned by the task's user, 0700, under
+                             directories tasks may pass but not list (`agent.tasks`)
     meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
                              the agent's records of each task, 0700 (`agent.tasks`)
 
@@ -58,7 +59,14 @@ import grpc.aio
 import structlog
 
 from mesolite.agent import _wire as wire
-from mesolite.agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
+from mesolite.agent._checkpoint import (
+    AGENT_FILE,
+    forget_agent_id,
+    load_agent_id,
+    save_agent_id,
+    secure_work_dir,
+)
+from mesolite.agent._journal import JOURNAL_FILE
 from mesolite.agent._status_reporter import StatusReporter
 from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
@@ -219,7 +227,7 @@ class Agent:
     # Recovery: what a previous agent process left in the work dir.
 
     async def _recover(self) -> None:
-        await asyncio.to_thread(self._work_dir.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(secure_work_dir, self._work_dir, (AGENT_FILE, JOURNAL_FILE))
         self._agent_id = self._saved_agent_id = await asyncio.to_thread(
             load_agent_id, self._work_dir
         )
@@ -442,7 +450,7 @@ class Agent:
 
     def _handle(self, event: wire.Event | None) -> None:
         if isinstance(event, wire.LaunchTask):
-            self._launch(event.framework_id, event.task)
+            self._launch(event.framework_id, event.task, event.user)
         elif isinstance(event, wire.KillTask):
             log.info(
                 "kill requested by master",
@@ -467,7 +475,7 @@ class Agent:
         else:
             log.warning("unexpected event from the master ignored", event=str(event))
 
-    def _launch(self, framework_id: str, task: TaskSpec) -> None:
+    def _launch(self, framework_id: str, task: TaskSpec, user: str) -> None:
         bound = log.bind(agent_id=self._agent_id, framework_id=framework_id, task_id=task.task_id)
         if self._runner.is_active(framework_id, task.task_id):
             bound.warning("duplicate launch ignored: task is already active")
@@ -486,8 +494,8 @@ class Agent:
             bound.warning("launch refused", reason=reason)
             self._reporter.report(framework_id, task.task_id, TaskState.FAILED, reason)
             return
-        bound.info("launching task", resources=str(task.resources))
-        self._runner.launch(framework_id, task)
+        bound.info("launching task", resources=str(task.resources), user=user or None)
+        self._runner.launch(framework_id, task, user)
 
 
 def _bind_agent_id(agent_id: str | None) -> None:

@@ -5,8 +5,8 @@ after the agent restarts. No gRPC here.
 through; it reports every transition. Each run's process (its wrapper, its kill,
 how it ended) is `agent/_task_process.py`'s.
 
-    <work_dir>/sandboxes/<framework_id>/<task_id>/
-        stdout, stderr   the command's output; the rest is the task's
+    <work_dir>/sandboxes/<framework_id>/<task_id>/     (sandboxes, <framework_id>: 0711)
+        stdout, stderr   the command's output; the rest is the task's (0700, its user's)
     <work_dir>/meta/<framework_id>/<task_id>/      (meta: 0700, the agent's only)
         task.json        the agent's checkpoint of the task (below)
         exit.json        written by the wrapper when the command ends
@@ -15,10 +15,11 @@ how it ended) is `agent/_task_process.py`'s.
 How a task is contained (its cgroup and limits, its user, its environment) is
 `agent/isolation.py`'s; the `Isolator` the runner is given decides.
 
-`task.json` holds the task, its run id (one per launch of a task id), the
-wrapper's pid and start time (field 22 of /proc/<pid>/stat: a pid alone may be
-reused), its container (cgroup, limits, user), the state, `killing` once a kill
-has started and, when the agent saw the task end, how it ended. It is written
+`task.json` holds the task, its run id (one per launch of a task id), its
+framework's user as the launch named it, the wrapper's pid and start time
+(field 22 of /proc/<pid>/stat: a pid alone may be reused), its container (cgroup,
+limits, user), the state, `killing` once a kill has started and, when the agent saw
+the task end, how it ended. It is written
 atomically at launch (STARTING, no pid yet), once the wrapper runs, when a kill
 starts and at the end.
 
@@ -166,8 +167,11 @@ class TaskRunner:
         """Forget every ended task, e.g. when the master no longer knows this agent."""
         self._ended.clear()
 
-    def launch(self, framework_id: str, task: TaskSpec) -> bool:
+    def launch(self, framework_id: str, task: TaskSpec, user: str = "") -> bool:
         """Start `task` in the background; False if it was not started.
+
+        `user`: its framework's user (""), whom it runs as where the agent switches
+        users (`Isolator.user_for`); a user this agent does not have fails the task.
 
         A task id that is already active is a duplicate: it is logged and
         ignored, leaving the running task alone. Ids that cannot name a sandbox
@@ -189,11 +193,18 @@ class TaskRunner:
             self.sandbox_path(framework_id, task.task_id),
             new_run_id(),
             self.records_path(framework_id, task.task_id),
+            user=user,
         )
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
         self._tasks[key] = t
-        bound.info("task starting", sandbox=str(t.sandbox), command=task.command, run_id=t.run_id)
+        bound.info(
+            "task starting",
+            sandbox=str(t.sandbox),
+            command=task.command,
+            run_id=t.run_id,
+            user=user or None,
+        )
         self._report(
             TaskTransition(framework_id, task.task_id, TaskState.STARTING, run_id=t.run_id)
         )

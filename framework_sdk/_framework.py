@@ -138,6 +138,7 @@ class Framework:
         connection: ConnectionConfig | None = None,
         tls: TlsConfig | None = None,
         token: str | None = None,
+        user: str | None = None,
     ) -> None:
         """Describe the framework; nothing is sent before `run()`.
 
@@ -170,7 +171,12 @@ class Framework:
         framework's principal is the CN of `tls.cert` (`TlsConfig.from_dir("certs/framework")`
         reads a bundle `mesolite certs init` made). Without a certificate, `token` is sent
         as a bearer token instead (to the master's token port); never without TLS.
-        """
+
+        `user` is the Unix user the framework's tasks run as on agents that switch users
+        (run as root; Mesos' `FrameworkInfo.user`): it must exist on those agents (else
+        its tasks fail) and the master's ACLs must let this framework's principal use it
+        (`run_tasks`; root only where an entry names it). None: each agent's
+        `--task-user`. It cannot change while the framework lives."""
         if token is not None and tls is None:
             raise InvalidCall("a bearer token is sent only over TLS: give tls=TlsConfig(ca=...)")
         self._id_file = IdFile(Path(id_file)) if id_file is not None else None
@@ -194,6 +200,8 @@ class Framework:
         """The role whose share DRF weighs."""
         self.failover_timeout: float = failover_timeout
         """Seconds the master keeps the framework and its tasks after a disconnection."""
+        self.user = user
+        """The Unix user the framework's tasks run as (None: each agent's `--task-user`)."""
         self.connection = connection or ConnectionConfig()
         """How the SDK keeps the subscription alive."""
         if framework_id is None and self._id_file is not None:
@@ -460,6 +468,7 @@ class Framework:
             role=self.role,
             failover_timeout=self.failover_timeout,
             framework_id=self.framework_id or "",
+            user=self.user or "",
         )
         return Call(
             call_id=uuid.uuid4().hex,

@@ -40,7 +40,7 @@ import structlog
 
 from mesolite.master import invariants
 from mesolite.master import messages as msg
-from mesolite.master.acl import AclError, Acls, Action, load_acls
+from mesolite.master.acl import AclError, Acls, Action, load_acls, may_run_tasks_as
 from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
@@ -157,6 +157,17 @@ class MasterCore(abc.ABC):
             log.warning("not authorized", action=action.value, principal=principal, object=obj)
         return allowed
 
+    def may_run_tasks_as(self, principal: str | None, user: str) -> bool:
+        """Whether a framework of `principal` may run its tasks as `user` (the ACLs'
+        `run_tasks`; "" for the agents' --task-user is always allowed, root only where
+        an ACL entry names it, `master/acl.py`)."""
+        allowed = may_run_tasks_as(self.acls, principal, user)
+        if not allowed:
+            log.warning(
+                "not authorized", action=Action.RUN_TASKS.value, principal=principal, object=user
+            )
+        return allowed
+
     def _mark_removed(self, agent_id: str) -> None:
         """Remember a removed agent, forgetting the oldest beyond the bound. A forgotten
         one that comes back is refused as unknown, and registers anew just the same."""
@@ -184,7 +195,9 @@ class MasterCore(abc.ABC):
         subscribed or registered for loses its stream (its next attempt is refused)."""
         for framework in self.frameworks.values():
             role = framework.info.role
-            allowed = self.authorized(Action.REGISTER_FRAMEWORKS, framework.principal, role)
+            allowed = self.authorized(
+                Action.REGISTER_FRAMEWORKS, framework.principal, role
+            ) and self.may_run_tasks_as(framework.principal, framework.info.user)
             if framework.outbox is not None and not allowed:
                 log.warning(
                     "ending a framework's stream: the ACLs no longer allow it",

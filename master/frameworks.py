@@ -36,13 +36,19 @@ class FrameworkHandling(MasterCore):
         """`principal`: who is on the other end, from the connection (None without
         authentication). A new framework id belongs to it; only it may re-subscribe."""
         role = info.role or DEFAULT_ROLE
-        info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id)
+        info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id, info.user)
         if problem := validation.framework_info_problem(info):
             raise RegistrationRefused(Refusal.INVALID, problem)
         if not self.authorized(Action.REGISTER_FRAMEWORKS, principal, role):
             raise RegistrationRefused(
                 Refusal.FORBIDDEN,
                 f"principal {principal!r} may not register frameworks in role {role!r}",
+            )
+        if not self.may_run_tasks_as(principal, info.user):
+            raise RegistrationRefused(
+                Refusal.FORBIDDEN,
+                f"principal {principal!r} may not run tasks as user {info.user!r} "
+                "(the ACLs' run_tasks)",
             )
         if info.framework_id:
             return self._resubscribe(info, outbox, principal)
@@ -80,6 +86,7 @@ class FrameworkHandling(MasterCore):
             name=info.name,
             role=role,
             principal=principal,
+            user=info.user or None,
         )
         outbox.send(msg.Subscribed(framework_id, self.config.framework_heartbeat_interval))
         self.request_allocation()
@@ -96,6 +103,7 @@ class FrameworkHandling(MasterCore):
             framework.registered_at,
             framework.removing,
             framework.principal,
+            info.user,
         )
 
     def _resubscribe(
@@ -124,6 +132,13 @@ class FrameworkHandling(MasterCore):
                 Refusal.INVALID,
                 f"framework {info.framework_id} has role {framework.info.role!r}; "
                 f"changing it to {info.role!r} is not supported",
+            )
+        if framework.info.user != info.user:
+            # As Mesos (UPDATE_FRAMEWORK): its tasks, running and to come, keep one user.
+            raise RegistrationRefused(
+                Refusal.INVALID,
+                f"framework {info.framework_id} runs its tasks as user "
+                f"{framework.info.user!r}; changing it to {info.user!r} is not supported",
             )
         if framework.outbox is not None:
             framework.outbox.close("another scheduler subscribed with this framework id")

@@ -99,13 +99,14 @@ class OfferHandling(MasterCore):
             task = TaskRecord(spec, framework_id, agent_id)
             framework.tasks[spec.task_id] = task
             agent.tasks[(framework_id, spec.task_id)] = task
-            agent.outbox.send(msg.LaunchTask(framework_id, spec))
+            agent.outbox.send(msg.LaunchTask(framework_id, spec, framework.info.user))
             log.info(
                 "launching task",
                 framework_id=framework_id,
                 agent_id=agent_id,
                 task_id=spec.task_id,
                 resources=str(spec.resources),
+                user=framework.info.user or None,
             )
         self.allocator.recover(framework_id, agent_id, offered - wanted, refuse)
         log.info(

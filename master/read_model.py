@@ -149,6 +149,7 @@ def _framework(
         completed_tasks=len(f.completed),
         registered_at=f.registered_at,
         used_dominant_share=_DRF.share(used, total),
+        user=f.info.user,
     )
 
 

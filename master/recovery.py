@@ -77,7 +77,9 @@ class RecoveryHandling(MasterCore):
         if self.recovering_agents:
             self._recovery_timer = self._timers.call_later(window, self._recovery_expired)
         for entry in self.registry.frameworks():
-            info = FrameworkInfo(entry.name, entry.role, entry.failover_timeout, entry.framework_id)
+            info = FrameworkInfo(
+                entry.name, entry.role, entry.failover_timeout, entry.framework_id, entry.user
+            )
             framework = FrameworkRecord(
                 entry.framework_id,
                 info,

@@ -1,7 +1,7 @@
 """The master's registry: what it must not forget across a restart, in SQLite.
 
 Embedded, nothing to install: one file, `<work_dir>/registry.sqlite`. It
-holds frameworks (id, name, role, failover timeout), agents (admitted or
+holds frameworks (id, name, role, failover timeout, owner, user), agents (admitted or
 removed) and the tasks placed on them (so that tasks of an agent that never
 comes back can be reported lost). Offers, filters and allocations are not kept:
 they are rebuilt from what agents and frameworks report when they return.
@@ -34,7 +34,8 @@ from mesolite.resources import Resources
 # Version 1: the first registry (frameworks, agents, tasks).
 # Version 2: frameworks.removing: torn down, its tasks still being killed.
 # Version 3: frameworks.principal and agents.principal: who owns each id.
-SCHEMA_VERSION = 3
+# Version 4: frameworks.user: the Unix user its tasks run as ('' for the agents' own).
+SCHEMA_VERSION = 4
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS frameworks (
@@ -44,7 +45,8 @@ CREATE TABLE IF NOT EXISTS frameworks (
     failover_timeout REAL NOT NULL,
     registered_at REAL NOT NULL,
     removing INTEGER NOT NULL DEFAULT 0,
-    principal TEXT
+    principal TEXT,
+    user TEXT NOT NULL DEFAULT ''
 );
 CREATE TABLE IF NOT EXISTS agents (
     agent_id TEXT PRIMARY KEY,
@@ -76,6 +78,7 @@ class FrameworkEntry:
     # Torn down before the restart; its tasks are killed when their agents return.
     removing: bool = False
     principal: str | None = None  # who subscribed it (None: no authentication)
+    user: str = ""  # the Unix user its tasks run as ("": each agent's --task-user)
 
 
 class RegistryError(MasterError):
@@ -136,6 +139,8 @@ class Registry:
             if version < 3:
                 self._db.execute("ALTER TABLE frameworks ADD COLUMN principal TEXT")
                 self._db.execute("ALTER TABLE agents ADD COLUMN principal TEXT")
+            if version < 4:
+                self._db.execute("ALTER TABLE frameworks ADD COLUMN user TEXT NOT NULL DEFAULT ''")
             self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     @property
@@ -150,7 +155,8 @@ class Registry:
 
     def add_framework(self, entry: FrameworkEntry) -> None:
         self._db.execute(
-            "INSERT OR REPLACE INTO frameworks VALUES (?, ?, ?, ?, ?, ?, ?)",
+            "INSERT OR REPLACE INTO frameworks (framework_id, name, role, failover_timeout, "
+            "registered_at, removing, principal, user) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 entry.framework_id,
                 entry.name,
@@ -159,6 +165,7 @@ class Registry:
                 entry.registered_at,
                 int(entry.removing),
                 entry.principal,
+                entry.user,
             ),
         )
 
@@ -177,13 +184,13 @@ class Registry:
     def frameworks(self) -> list[FrameworkEntry]:
         rows = self._db.execute(
             "SELECT framework_id, name, role, failover_timeout, registered_at, removing, "
-            "principal FROM frameworks ORDER BY registered_at"
+            "principal, user FROM frameworks ORDER BY registered_at"
         ).fetchall()
         return [
             FrameworkEntry(
-                framework_id, name, role, failover, registered_at, bool(removing), principal
+                framework_id, name, role, failover, registered_at, bool(removing), principal, user
             )
-            for framework_id, name, role, failover, registered_at, removing, principal in rows
+            for framework_id, name, role, failover, registered_at, removing, principal, user in rows
         ]
 
     # Agents ----------------------------------------------------------------

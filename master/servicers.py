@@ -221,7 +221,6 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             if outbox.close_reason.startswith(_UNDECODABLE):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
 
-
     def _dispatch(
         self,
         framework_id: str,
@@ -430,10 +429,10 @@ def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
             return E(
                 registered=E.Registered(agent_id=agent_id, heartbeat_interval_seconds=interval)
             )
-        case msg.LaunchTask(framework_id, task):
+        case msg.LaunchTask(framework_id, task, user):
             return E(
                 launch_task=E.LaunchTask(
-                    framework_id=framework_id, task=convert.task_to_proto(task)
+                    framework_id=framework_id, task=convert.task_to_proto(task), user=user
                 )
             )
         case msg.KillTask(framework_id, task_id):

@@ -21,6 +21,10 @@ from mesolite.resources import EMPTY, Resources
 from mesolite.sandbox_protocol import format_address, parse_address
 
 ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")  # \Z: "$" lets a final newline in
+# A Unix account name as POSIX's portable set allows it and useradd takes it: a letter
+# or "_" first (never "-", read as an option, nor a digit, read as a uid), then letters,
+# digits, "_", "." and "-", and at most a final "$" (Samba machine accounts).
+USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\$?\Z")
 
 # Bounds on every size a client controls. Messages are at most 4 MiB on the wire
 # (mesolite/grpc_utils.py); these bound what the master keeps and shows.
@@ -43,6 +47,7 @@ MAX_FAILOVER_TIMEOUT = 365 * 24 * 3600.0  # a year; Marathon's default is a week
 # Past it an agent's live updates for the task are acknowledged and dropped; its end
 # is still applied.
 MAX_UPDATES_PER_TASK = 64
+MAX_USER = 32  # a framework's user: Linux's useradd takes no longer name
 
 
 def id_problem(what: str, value: str) -> str | None:
@@ -88,6 +93,21 @@ def framework_info_problem(info: FrameworkInfo) -> str | None:
         return (
             f"failover timeout must be a number of seconds from 0 to {MAX_FAILOVER_TIMEOUT:.0f}"
             f" (a year), got {info.failover_timeout}"
+        )
+    return user_problem(info.user) if info.user else None
+
+
+def user_problem(user: str) -> str | None:
+    """What is wrong with a framework's user (Mesos' FrameworkInfo.user): a Unix account
+    name, at most `MAX_USER` characters of the portable set (`USER`)."""
+    if problem := _text_problem("user", user):
+        return problem
+    if len(user) > MAX_USER:
+        return f"user {clip(user)!r} is longer than {MAX_USER} characters"
+    if not USER.match(user):
+        return (
+            f"invalid user {clip(user)!r}: a Unix account name, A-Z a-z 0-9 _ . - "
+            "(a letter or _ first, at most a final $)"
         )
     return None
 

@@ -122,7 +122,10 @@ def starter_acls(principals: Iterable[str], tokens: Iterable[str] = ()) -> str:
     """ACLs (`mesolite master --acls`, format in master/acl.py) for the principals
     `init_cluster` made: only the agent registers agents, and registers no framework;
     the others register frameworks in any role, view the state, and read their own
-    tasks' output (`admin` every task's). Edit it to give teams their roles."""
+    tasks' output (`admin` every task's); a framework may name as its tasks' user
+    (`FrameworkInfo.user`) only the Unix user of its principal's name (which must exist
+    on the agents), and one that names none runs its tasks as each agent's
+    `--task-user`. Edit it to give teams their roles and users."""
     agents = [AGENT]
     others = sorted({*principals, *tokens} - {MASTER, AGENT})
     sandboxes: list[dict[str, object]] = [
@@ -139,6 +142,7 @@ def starter_acls(principals: Iterable[str], tokens: Iterable[str] = ()) -> str:
             {"principals": {"values": agents}, "roles": {"type": "NONE"}},
             {"principals": {"type": "ANY"}, "roles": {"type": "ANY"}},
         ],
+        "run_tasks": [{"principals": {"values": [p]}, "users": {"values": [p]}} for p in others],
         "register_agents": [{"principals": {"values": agents}}],
         "view_state": [{"principals": {"values": others}}] if others else [],
         "access_sandboxes": sandboxes,

@@ -173,6 +173,9 @@ class FrameworkInfo:
     role: str = DEFAULT_ROLE
     failover_timeout: float = 0.0
     framework_id: str = ""
+    # The Unix user its tasks run as (Mesos' FrameworkInfo.user); "": each agent's
+    # --task-user.
+    user: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -137,6 +137,13 @@ class FrameworkSnapshot:
         default=0.0,
         metadata=doc("used's largest fraction of any cluster resource (offers not counted)"),
     )
+    user: str = field(
+        default="",
+        metadata=doc(
+            "the Unix user its tasks run as on agents that switch users (FrameworkInfo.user); "
+            "empty: each agent's task_user"
+        ),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """Plant known bugs one at a time and check that the tests catch each: the allocator's,
-holes in authentication (TLS_TESTS) and in isolation (ISOLATION_TESTS).
+holes in authentication (TLS_TESTS), in isolation (ISOLATION_TESTS) and in frameworks'
+users (USER_TESTS).
 
     python scripts/planted_bugs.py [--only NAME ...] [--tests FILE ...]
 
@@ -44,6 +45,12 @@ FAST_TESTS = (
     "tests/test_allocator_hierarchy.py",
 )
 TLS_TESTS = ("tests/test_tls.py", "tests/test_certs.py")
+USER_TESTS = (
+    "tests/test_task_users.py",
+    "tests/test_attack_review.py::"
+    "test_a_task_of_one_team_cannot_read_another_teams_output_or_environment",
+    "tests/test_registry.py",
+)
 
 BUGS = [
     Bug(
@@ -302,6 +309,129 @@ BUGS = [
         "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600",
         "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644",
         TLS_TESTS,
+    ),
+    # A user per framework (issue 12's follow-up): each a way for one framework's tasks
+    # to reach another's, or for a framework to run as a user nobody allowed.
+    Bug(
+        "user: the agent ignores the framework's user",
+        "agent/isolation.py",
+        "if self.user is None or not framework_user:",
+        "if True:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: sandboxes are 0755",
+        "agent/_task_records.py",
+        "SANDBOX_MODE = 0o700",
+        "SANDBOX_MODE = 0o755",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the sandboxes' parents can be listed",
+        "agent/_task_records.py",
+        "SANDBOX_PARENT_MODE = 0o711",
+        "SANDBOX_PARENT_MODE = 0o755",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the work dir can be listed",
+        "agent/_checkpoint.py",
+        "WORK_DIR_MODE = 0o711",
+        "WORK_DIR_MODE = 0o755",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the journal is readable by tasks",
+        "agent/_journal.py",
+        "PRIVATE_MODE = 0o600",
+        "PRIVATE_MODE = 0o644",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: run_tasks is not checked at SUBSCRIBE",
+        "master/frameworks.py",
+        "if not self.may_run_tasks_as(principal, info.user):",
+        "if False:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: ANY in run_tasks covers root",
+        "master/acl.py",
+        "named_only = action is Action.RUN_TASKS and obj == ROOT",
+        "named_only = False",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: another name for uid 0 is taken",
+        "agent/isolation.py",
+        'if user.uid == 0 and framework_user != "root":',
+        "if False:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: a user missing on the agent runs the task as the task user",
+        "agent/isolation.py",
+        "        except (KeyError, ValueError):  # ValueError: a NUL (the master lets none "
+        "through)\n            raise TaskUserError(",
+        "        except (KeyError, ValueError):\n            return self.user\n"
+        "            raise TaskUserError(",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not validated",
+        "master/validation.py",
+        "return user_problem(info.user) if info.user else None",
+        "return None",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the SDK does not send it",
+        "framework_sdk/_framework.py",
+        'user=self.user or "",',
+        'user="",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: launches do not carry it",
+        "master/offers.py",
+        "msg.LaunchTask(framework_id, spec, framework.info.user)",
+        "msg.LaunchTask(framework_id, spec)",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: it may change on re-subscription",
+        "master/frameworks.py",
+        "if framework.info.user != info.user:",
+        "if False:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not kept in the registry",
+        "master/registry.py",
+        "                entry.principal,\n                entry.user,",
+        '                entry.principal,\n                "",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not checkpointed with the task",
+        "agent/_task_records.py",
+        '"user": t.user,',
+        '"user": "",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not recovered from the checkpoint",
+        "agent/_task_records.py",
+        'user=_str(record.get("user", "")),',
+        'user="",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: new ACLs leave a framework whose user they no longer allow",
+        "master/core.py",
+        ") and self.may_run_tasks_as(framework.principal, framework.info.user)",
+        ") and True",
+        USER_TESTS,
     ),
 ]
 

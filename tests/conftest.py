@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.accounts import throwaway_accounts
 from tests.support.cgroups import (
     DEFAULT_CGROUPS_ROOT,
     TEST_CGROUPS_ROOT,
@@ -69,6 +70,14 @@ def core() -> Iterator[CoreHarness]:
     harness = CoreHarness()
     yield harness
     harness.assert_sound()
+
+
+@pytest.fixture
+def unix_users() -> Iterator[tuple[str, str]]:
+    """Two new unprivileged Unix accounts, deleted after the test (tests/support/accounts.py);
+    the test is skipped where they cannot be made (not root, no useradd)."""
+    with throwaway_accounts(2) as (first, second):
+        yield first, second
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -382,5 +382,10 @@ def test_certs_init_writes_starter_acls_that_keep_each_principal_to_its_part(
     assert acls.allows(Action.REGISTER_FRAMEWORKS, "framework", "any/role")
     assert acls.allows(Action.VIEW_STATE, "ci") and not acls.allows(Action.VIEW_STATE, "agent")
     assert acls.allows(Action.ACCESS_SANDBOXES, "admin", "framework")
+    # A framework may run its tasks as the user of its principal's name, no other.
+    assert acls.allows(Action.RUN_TASKS, "framework", "framework")
+    for user in ("admin", "root", "nobody"):
+        assert not acls.allows(Action.RUN_TASKS, "framework", user)
+    assert not acls.allows(Action.RUN_TASKS, "agent", "agent")
     assert acls.allows(Action.ACCESS_SANDBOXES, "framework", "framework")
     assert not acls.allows(Action.ACCESS_SANDBOXES, "framework", "ci")

@@ -71,6 +71,29 @@ def test_who_owns_each_id_is_kept(tmp_path: Path) -> None:
     again.close()
 
 
+def test_a_frameworks_user_is_kept_and_older_registries_get_none(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite"
+    registry = Registry(path)
+    registry.add_framework(FrameworkEntry("F1", "etl", "a", 0.0, 100.0, user="alice"))
+    registry.add_framework(FrameworkEntry("F2", "plain", "a", 0.0, 101.0))
+    registry.close()
+    again = Registry(path)
+    assert [(f.framework_id, f.user) for f in again.frameworks()] == [("F1", "alice"), ("F2", "")]
+    again.close()
+    # A version-3 file (before frameworks' users): its frameworks have none.
+    older = tmp_path / "v3.sqlite"
+    with sqlite3.connect(older) as db:
+        db.executescript(VERSION_1)
+        db.execute("ALTER TABLE frameworks ADD COLUMN removing INTEGER NOT NULL DEFAULT 0")
+        db.execute("ALTER TABLE frameworks ADD COLUMN principal TEXT")
+        db.execute("ALTER TABLE agents ADD COLUMN principal TEXT")
+        db.execute("PRAGMA user_version = 3")
+    migrated = Registry(older)
+    assert migrated.schema_version == SCHEMA_VERSION
+    assert [(f.framework_id, f.user) for f in migrated.frameworks()] == [("F1", "")]
+    migrated.close()
+
+
 def test_registry_of_a_newer_master_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "registry.sqlite"
     Registry(path).close()

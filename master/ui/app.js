@@ -226,7 +226,7 @@
     $('frameworks-count').textContent = list.length ? `${list.length}` : '';
     fillTable('frameworks', list.map((f) => {
       const color = colorOf(f.id, f.name);
-      const shown = [f.id, f.name, f.role, f.weight, f.allocated, f.dominant_share,
+      const shown = [f.id, f.name, f.role, f.weight, f.user, f.allocated, f.dominant_share,
         f.running_tasks, f.completed_tasks, f.connected, f.suppressed, color];
       return row(shown, () => {
         const swatch = el('span', { class: 'swatch' });
@@ -235,7 +235,8 @@
         if (f.connected && f.suppressed) status = badge('suppressed', 'info');
         return el('tr', { data: { frameworkId: f.id } },
           el('td', {}, el('div', { class: 'with-swatch' }, swatch, idLine(f.name, f.id, status))),
-          el('td', {}, idLine(f.role, `weight ${trim(f.weight)}`)),
+          el('td', {}, idLine(f.role,
+            `weight ${trim(f.weight)}` + (f.user ? ` · tasks run as ${f.user}` : ''))),
           el('td', { class: 'res' }, fmtRes(f.allocated)),
           el('td', {}, meter(f.dominant_share, pct(f.dominant_share), null, color)),
           el('td', { class: 'num' }, idLine(`${f.running_tasks}`, `${f.completed_tasks} ended`)));

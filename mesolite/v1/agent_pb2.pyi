@@ -271,7 +271,10 @@ class AgentEvent(_message.Message):
 
         FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
         TASK_FIELD_NUMBER: _builtins.int
+        USER_FIELD_NUMBER: _builtins.int
         framework_id: _builtins.str
+        user: _builtins.str
+        """the framework's user (FrameworkInfo.user); empty: --task-user"""
         @_builtins.property
         def task(self) -> _common_pb2.TaskInfo: ...
         def __init__(
@@ -279,10 +282,11 @@ class AgentEvent(_message.Message):
             *,
             framework_id: _builtins.str = ...,
             task: _common_pb2.TaskInfo | None = ...,
+            user: _builtins.str = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_id", b"framework_id", "task", b"task"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_id", b"framework_id", "task", b"task", "user", b"user"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 

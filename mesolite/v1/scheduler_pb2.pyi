@@ -30,6 +30,7 @@ class FrameworkInfo(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     FAILOVER_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     role: _builtins.str
     """"*" when empty"""
@@ -37,6 +38,11 @@ class FrameworkInfo(_message.Message):
     """how long tasks outlive a disconnect"""
     framework_id: _builtins.str
     """set to re-subscribe"""
+    user: _builtins.str
+    """The Unix user its tasks run as on agents that switch users (Mesos'
+    FrameworkInfo.user); empty: each agent's --task-user. The ACLs' run_tasks
+    must allow the principal this user; it cannot change on re-subscription.
+    """
     def __init__(
         self,
         *,
@@ -44,10 +50,11 @@ class FrameworkInfo(_message.Message):
         role: _builtins.str = ...,
         failover_timeout_seconds: _builtins.float = ...,
         framework_id: _builtins.str = ...,
+        user: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failover_timeout_seconds", b"failover_timeout_seconds", "framework_id", b"framework_id", "name", b"name", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failover_timeout_seconds", b"failover_timeout_seconds", "framework_id", b"framework_id", "name", b"name", "role", b"role", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
