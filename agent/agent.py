@@ -34,6 +34,10 @@ Everything it needs is in its work dir (0711: tasks pass through it, none lists 
                              directories tasks may pass but not list (`agent.tasks`)
     meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
                              the agent's records of each task, 0700 (`agent.tasks`)
+    gc-trash/                sandboxes and records being deleted (`agent._sandbox_gc`)
+
+The sandboxes and records of ended tasks are removed after `--gc-delay`, sooner as
+the disk fills (`agent/gc_policy.py`), never while the task is live.
 
 Each update is journaled (fsynced) before it is first sent. A task outlives
 the agent under its wrapper process, which records the command's exit status.
@@ -67,6 +71,7 @@ from mesolite.agent._checkpoint import (
     secure_work_dir,
 )
 from mesolite.agent._journal import JOURNAL_FILE
+from mesolite.agent._sandbox_gc import SandboxGc
 from mesolite.agent._status_reporter import StatusReporter
 from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
@@ -123,6 +128,7 @@ class Agent:
             kill_grace_period=config.kill_grace_period,
             isolator=Isolator(config.isolation, self._work_dir),
         )
+        self._gc = SandboxGc(self._work_dir, config.gc, self._runner.live_keys)
         self._registered = asyncio.Event()
         self._stopping = asyncio.Event()
         self._done = asyncio.Event()
@@ -185,13 +191,19 @@ class Agent:
             total=str(self._total),
             work_dir=str(self._work_dir),
         )
+        gc: asyncio.Task[None] | None = None
         try:
             await self._recover()
+            # After recovery: the runner knows which tasks are live (never collected).
+            gc = asyncio.create_task(self._gc.run(), name="mesolite-agent-gc")
             await self._serve()
         except Exception as e:
             self._error = e
             raise
         finally:
+            if gc is not None:
+                gc.cancel()
+                await asyncio.gather(gc, return_exceptions=True)
             self._registered.clear()
             await self._runner.shutdown()
             # What the tasks' ends reported must be on disk for the next start.

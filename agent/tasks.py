@@ -126,6 +126,7 @@ class TaskRunner:
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
         self._ended: dict[tuple[str, str], EndedTask] = {}
+        self._finishing: set[tuple[str, str]] = set()  # ended, end checkpoint not yet written
         self._meter = UsageMeter()
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
@@ -151,6 +152,11 @@ class TaskRunner:
             if t.state is TaskState.RUNNING and t.container is not None and t.container.cgroup
         ]
         return await asyncio.to_thread(self._meter.measure, runs) if runs else []
+
+    def live_keys(self) -> set[tuple[str, str]]:
+        """(framework id, task id) of every task whose sandbox must stay: active, or
+        ended with its end not yet acknowledged (`agent/gc_policy.py`)."""
+        return set(self._tasks) | set(self._ended) | self._finishing
 
     def ended_tasks(self) -> list[RunningTask]:
         """Tasks that ended but whose end is not known to be acknowledged, in their end
@@ -325,6 +331,13 @@ class TaskRunner:
         await self._finish(t, final)
 
     async def _finish(self, t: TaskRun, final: TaskTransition) -> None:
+        self._finishing.add(t.key)
+        try:
+            await self._end(t, final)
+        finally:
+            self._finishing.discard(t.key)
+
+    async def _end(self, t: TaskRun, final: TaskTransition) -> None:
         self._tasks.pop(t.key, None)
         self._ended[t.key] = EndedTask(
             RunningTask(t.framework_id, t.spec, final.state), t.run_id, asyncio.current_task()
