@@ -7,8 +7,14 @@ asks `Acls.allows(action, principal, object)`; where each action is checked:
     run_tasks             SUBSCRIBE (and re-subscribe) of a framework that names a user
                           (FrameworkInfo.user), object: that user; see `may_run_tasks_as`
     register_agents       agent REGISTER (and re-register); no object
-    teardown_frameworks   an operator's teardown of another principal's framework,
-                          object: the framework's principal
+    teardown_frameworks   an operator's teardown of a framework (POST
+                          /api/v1/frameworks/{id}/teardown), object: the
+                          framework's principal
+    kill_tasks            an operator's kill of one task (POST
+                          /api/v1/frameworks/{id}/tasks/{task}/kill), object: the
+                          framework's principal. An action of its own, not
+                          teardown's rule: killing one task of a service (to see it
+                          replaced, say) is a smaller right than ending the service.
     view_state            GET /state, /metrics, /events and the web UI; no object
     access_sandboxes      a task's stdout/stderr through the master,
                           object: the principal of the task's framework
@@ -69,6 +75,7 @@ class Action(enum.Enum):
     REGISTER_AGENTS = "register_agents"
     RUN_TASKS = "run_tasks"
     TEARDOWN_FRAMEWORKS = "teardown_frameworks"
+    KILL_TASKS = "kill_tasks"
     VIEW_STATE = "view_state"
     ACCESS_SANDBOXES = "access_sandboxes"
 
@@ -79,6 +86,7 @@ OBJECT_KEY: Mapping[Action, str | None] = {
     Action.REGISTER_AGENTS: None,
     Action.RUN_TASKS: "users",
     Action.TEARDOWN_FRAMEWORKS: "framework_principals",
+    Action.KILL_TASKS: "framework_principals",
     Action.VIEW_STATE: None,
     Action.ACCESS_SANDBOXES: "framework_principals",
 }

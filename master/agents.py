@@ -335,7 +335,14 @@ class AgentHandling(MasterCore):
         if framework is None:  # nobody to tell: its update is acknowledged as unknown
             return
         spec = with_agent(rt.task, agent.agent_id)
-        task = TaskRecord(spec, rt.framework_id, agent.agent_id, rt.state, end_pending=True)
+        task = TaskRecord(
+            spec,
+            rt.framework_id,
+            agent.agent_id,
+            rt.state,
+            end_pending=True,
+            ended_at=self._wall_clock(),
+        )
         self._remember_completed(framework, task)
         log.info(
             "ended task reported by agent; its end will be forwarded",
@@ -368,7 +375,13 @@ class AgentHandling(MasterCore):
         """A removing framework for tasks whose framework is gone, in the default role."""
         info = FrameworkInfo("(gone)", DEFAULT_ROLE, 0.0, framework_id)
         framework = FrameworkRecord(
-            framework_id, info, outbox=None, registered_at=self._wall_clock(), removing=True
+            framework_id,
+            info,
+            outbox=None,
+            registered_at=self._wall_clock(),
+            removing=True,
+            ended_at=self._wall_clock(),
+            end_reason="gone before the master restarted: its tasks found on agents were killed",
         )
         self.registry.add_framework(
             FrameworkEntry(

@@ -20,7 +20,12 @@ class MasterConfig:
     # After a restart, agents the registry lists have this long to come back
     # before they are marked removed and their tasks reported lost.
     agent_reregister_timeout: float = 60.0
-    completed_tasks_kept: int = 1000
+    # History, in memory only (as Mesos): ended tasks kept per framework, live or
+    # completed, and frameworks kept after they ended (torn down, failed over for
+    # good), each with its ended tasks (Mesos' --max_completed_tasks_per_framework
+    # and --max_completed_frameworks).
+    max_completed_tasks_per_framework: int = 1000
+    max_completed_frameworks: int = 50
     weights: dict[str, float] = field(default_factory=dict)
     # Check the bookkeeping after every step (tests): see master/invariants.py.
     check_invariants: bool = False

@@ -6,7 +6,8 @@ registry) and the effects it was given (`master/effects.py`: timers, clocks,
 the registry, and each peer's outbox). The concerns that change the state are
 mixins over it, one module each, read top to bottom:
 
-    master/frameworks.py      subscribe, fail over, tear down
+    master/frameworks.py      subscribe, fail over, tear down; the history of ended ones
+    master/operator.py        what operators do: tear a framework down, kill a task
     master/offers.py          allocate, accept, decline, rescind
     master/agents.py          register, re-register, health, removal
     master/status_updates.py  updates, kills, acknowledgements, reconciliation
@@ -103,6 +104,10 @@ class MasterCore(abc.ABC):
         # Refused if they come back; the newest `max_removed_agents`, oldest first.
         self.removed_agents: dict[str, None] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
+        # Frameworks that ended (removed once their last task ended), each with its
+        # ended tasks: the newest `max_completed_frameworks`, oldest first. In memory
+        # only, as in Mesos: a restarted master starts with none.
+        self.completed_frameworks: dict[str, FrameworkRecord] = {}
         self.offers: dict[str, OfferRecord] = {}
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
@@ -251,6 +256,10 @@ class MasterCore(abc.ABC):
 
     @abc.abstractmethod
     def _forget_if_done(self, framework: FrameworkRecord) -> None:
+        """master/frameworks.py"""
+
+    @abc.abstractmethod
+    def _remove_framework(self, framework: FrameworkRecord, reason: str) -> None:
         """master/frameworks.py"""
 
     @abc.abstractmethod

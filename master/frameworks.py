@@ -1,10 +1,13 @@
-"""Frameworks: subscribing, failing over, tearing down.
+"""Frameworks: subscribing, failing over, tearing down, and the history of those that ended.
 
 A framework subscribes (or re-subscribes with its id) on a stream; when the
-stream goes, its failover timer starts, and when that expires, or it asks for
-a teardown, it is removed: its offers rescinded, its tasks killed, and it is
-forgotten once they have ended (`removing` until then, kept in the registry
-so a master restart in between still kills them).
+stream goes, its failover timer starts, and when that expires, or it (or an
+operator, `master/operator.py`) asks for a teardown, it is removed: its offers
+rescinded, its tasks killed, and it is forgotten once they have ended
+(`removing` until then, kept in the registry so a master restart in between
+still kills them). Forgotten, it moves to `completed_frameworks` with its ended
+tasks, when and why it ended: the newest `max_completed_frameworks` are kept, in
+memory only (as Mesos' completed frameworks).
 """
 
 from __future__ import annotations
@@ -189,16 +192,22 @@ class FrameworkHandling(MasterCore):
     def _failover_expired(self, framework_id: str) -> None:
         framework = self.frameworks.get(framework_id)
         if framework is not None and not framework.connected:
+            away = self._clock() - (framework.disconnected_at or self._clock())
+            timeout = framework.info.failover_timeout
             log.info("framework failover timeout expired", framework_id=framework_id)
-            self._remove_framework(framework)
+            self._remove_framework(
+                framework,
+                f"failover timeout expired: away for {away:.0f} s, "
+                f"its failover timeout is {timeout:g} s",
+            )
 
     @checked
     def teardown(self, framework_id: str) -> None:
         framework = self._framework(framework_id)
         log.info("framework teardown requested", framework_id=framework_id)
-        self._remove_framework(framework)
+        self._remove_framework(framework, "torn down by the framework")
 
-    def _remove_framework(self, framework: FrameworkRecord) -> None:
+    def _remove_framework(self, framework: FrameworkRecord, reason: str) -> None:
         """Tear a framework down: kill its tasks, then forget it once they have ended.
 
         Its tasks' resources stay allocated until the agents report the tasks
@@ -207,6 +216,7 @@ class FrameworkHandling(MasterCore):
         launches for lack of room.
         """
         framework_id = framework.framework_id
+        framework.ended_at, framework.end_reason = self._wall_clock(), reason
         self._rescind_offers(framework, notify=False)
         if framework.failover_timer is not None:
             framework.failover_timer.cancel()
@@ -230,7 +240,12 @@ class FrameworkHandling(MasterCore):
                 agent_id=task.agent_id,
                 agent_connected=agent is not None and agent.outbox is not None,
             )
-        log.info("framework torn down", framework_id=framework_id, tasks=len(framework.tasks))
+        log.info(
+            "framework torn down",
+            framework_id=framework_id,
+            tasks=len(framework.tasks),
+            reason=reason,
+        )
         self._forget_if_done(framework)
 
     def _forget_if_done(self, framework: FrameworkRecord) -> None:
@@ -244,8 +259,27 @@ class FrameworkHandling(MasterCore):
             self.registry.remove_framework(framework_id)
             self.allocator.remove_framework(framework_id)
             del self.frameworks[framework_id]
+            self._keep_completed(framework)
             log.info("framework removed", framework_id=framework_id)
             self.request_allocation()
+
+    def _keep_completed(self, framework: FrameworkRecord) -> None:
+        """Keep a removed framework in the history, forgetting the oldest past the bound.
+
+        What it keeps is what the views show: its info, when and why it ended, and
+        its ended tasks (already bounded, without commands or environments)."""
+        if framework.ended_at is None:  # torn down before the master restarted
+            framework.ended_at = self._wall_clock()
+            framework.end_reason = "torn down before the master restarted"
+        framework.undelivered.clear()
+        framework.completed_by_id.clear()
+        framework.outbox = None
+        framework.failover_timer = None
+        self.completed_frameworks.pop(framework.framework_id, None)
+        self.completed_frameworks[framework.framework_id] = framework
+        while len(self.completed_frameworks) > self.config.max_completed_frameworks:
+            oldest = next(iter(self.completed_frameworks))
+            del self.completed_frameworks[oldest]
 
     @checked
     def revive(self, framework_id: str) -> None:

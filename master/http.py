@@ -1,5 +1,6 @@
-"""Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus,
-and the web UI (`master.ui_routes`).
+"""The master's HTTP port: `GET /state` as JSON, `GET /metrics` for Prometheus, the web
+UI (`master.ui_routes`), and the operator API (`master.operator_api`: `POST /api/v1/...`,
+a teardown, a kill).
 
 Every request passes three checks first: its Host header (`mesolite.http_hosts`,
 against DNS rebinding), who sends it (`master.authn`: with authentication on, a
@@ -28,6 +29,7 @@ from mesolite.master.acl import Action
 from mesolite.master.authn import Authenticator
 from mesolite.master.http_access import Guard, Route, acl_guard, add_routes, check_permission
 from mesolite.master.master import Master
+from mesolite.master.operator_api import count_refusals, setup_operator_api
 from mesolite.master.read_model import agent_snapshot, build_snapshot
 from mesolite.master.snapshot_document import SnapshotDocument
 from mesolite.master.ui_routes import StreamLimits, setup_ui
@@ -68,6 +70,7 @@ def create_app(
     authn = authn or Authenticator(enabled=False)
     app = web.Application(
         middlewares=[
+            count_refusals,  # outermost: operator calls refused by any layer are counted
             host_check(allowed_hosts or AllowedHosts()),
             authn.middleware(),
             check_permission,
@@ -75,7 +78,8 @@ def create_app(
     )
     app[MASTER_KEY] = master
     snapshot = functools.partial(build_snapshot, master)
-    app[STATE_KEY] = SnapshotDocument(snapshot)
+    # GET /state holds every ended task the master keeps; the others the newest only.
+    app[STATE_KEY] = SnapshotDocument(functools.partial(build_snapshot, master, ended_tasks=None))
     app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
     routes = [
         Route("/state", _state, Action.VIEW_STATE),
@@ -83,13 +87,14 @@ def create_app(
         # GET / (the web UI), /events, task sandboxes
         *setup_ui(
             app,
-            snapshot=functools.partial(build_snapshot, master),
+            snapshot=snapshot,
             agent=functools.partial(agent_snapshot, master),
             limits=StreamLimits(
                 total=config.event_streams, per_client=config.event_streams_per_client
             ),
             sandbox_ssl=sandbox_ssl,
         ),
+        *setup_operator_api(app, master),
     ]
     add_routes(app, routes, guard or acl_guard(master, authn.request_principal))
     return app

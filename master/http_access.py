@@ -10,6 +10,8 @@ route added without an action is refused (403), never served unchecked.
     | GET /  GET /ui/{name}  GET /state  GET /events | view_state       |
     | GET /metrics                                   | view_state       |
     | GET /agents/{a}/sandbox/{f}/{t}/{file}         | access_sandboxes |
+    | POST /api/v1/frameworks/{f}/teardown           | teardown_frameworks |
+    | POST /api/v1/frameworks/{f}/tasks/{t}/kill     | kill_tasks       |
 
 The guard decides: it returns the request's principal (None for an anonymous
 client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
@@ -17,8 +19,10 @@ client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
 `principal_of` (the master's is `master.authn`: a client certificate or a bearer
 token, and with TLS a request without either never gets here; without TLS every
 request is anonymous, which ACLs allow only where they say ANY, and without an
-ACL file everything is allowed). For `access_sandboxes`
-the object is the principal of the framework named in the path. Handlers read
+ACL file everything is allowed). For `access_sandboxes`, `teardown_frameworks`
+and `kill_tasks` the object is the principal of the framework named in the path
+(none for a framework the master does not know: only an entry whose object is
+ANY lets such a request through, to be told 404). Handlers read
 the principal with `principal(request)`: /events counts its streams per principal.
 """
 
@@ -32,7 +36,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from mesolite.master.acl import Action
+from mesolite.master.acl import OBJECT_KEY, Action
 
 if TYPE_CHECKING:
     from mesolite.master.master import Master
@@ -72,7 +76,7 @@ def acl_guard(
     async def guard(request: web.Request, action: Action) -> str | None:
         who = principal_of(request)
         obj = None
-        if action is Action.ACCESS_SANDBOXES:
+        if OBJECT_KEY[action] == "framework_principals":
             framework = master.frameworks.get(request.match_info.get("framework_id", ""))
             obj = framework.principal if framework is not None else None
         if not master.authorized(action, who, obj):

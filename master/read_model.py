@@ -17,11 +17,17 @@ each figure is derived here once:
 - `usage` is what tasks use as their agents measured it (the last heartbeat's
   figures): per task, summed per agent (cpus, mem) and over the cluster.
 
+History: the ended tasks of every framework, live or completed (the master
+keeps `max_completed_tasks_per_framework` of each), newest first, and the
+completed frameworks (`max_completed_frameworks`), newest first. A snapshot
+holds the newest `ended_tasks` of those tasks: `COMPLETED_TASKS_SHOWN` by
+default (the web UI, /metrics, the demo), every one for GET /state (`None`).
+
 Cost: one pass over each of the master's collections, O(agents + frameworks +
 tasks + offers + roles) resource-vector operations (each O(resource names)),
 plus sorting the roles and removed agents by name, the newest
-`COMPLETED_TASKS_SHOWN` ended tasks of each framework (O(frameworks)), and the
-fair shares (`Master.fair_shares`: steady ones cached, instantaneous ones
+`ended_tasks` ended tasks of each framework (O(frameworks x ended_tasks), a
+heap merge), and the fair shares (`Master.fair_shares`: steady ones cached, instantaneous ones
 computed). A snapshot is built once per GET /state, per /events tick (only
 while a page listens) and per /metrics scrape; nothing is kept up to date on
 the hot paths, and nothing here changes the master.
@@ -42,6 +48,7 @@ from mesolite.snapshot import (
     AgentSnapshot,
     ClusterSnapshot,
     ClusterTotals,
+    CompletedFrameworkSnapshot,
     EndedTaskSnapshot,
     FrameworkSnapshot,
     OfferSnapshot,
@@ -59,8 +66,11 @@ COMPLETED_TASKS_SHOWN = 50
 _DRF = DRFPolicy()
 
 
-def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapshot:
-    """The cluster now. `now` is on the master's clock (tests move it to see health age)."""
+def build_snapshot(
+    master: Master, *, now: float | None = None, ended_tasks: int | None = COMPLETED_TASKS_SHOWN
+) -> ClusterSnapshot:
+    """The cluster now. `now` is on the master's clock (tests move it to see health age);
+    `ended_tasks`: how many of the newest ended tasks it holds (None: every one kept)."""
     now = master.now() if now is None else now
     total = master.allocator.total
     offers = tuple(_offer(o.offer) for o in master.offers.values())
@@ -97,7 +107,12 @@ def build_snapshot(master: Master, *, now: float | None = None) -> ClusterSnapsh
         offers=offers,
         tasks=tasks,
         removed_agents=tuple(sorted(master.removed_agents)),
-        completed_tasks=_recently_ended(master.frameworks.values()),
+        completed_tasks=_recently_ended(
+            [*master.frameworks.values(), *master.completed_frameworks.values()], ended_tasks
+        ),
+        completed_frameworks=tuple(
+            _completed_framework(f) for f in reversed(master.completed_frameworks.values())
+        ),
     )
 
 
@@ -235,10 +250,16 @@ def _offer(offer: Offer) -> OfferSnapshot:
     return OfferSnapshot(offer.offer_id, offer.framework_id, offer.agent_id, offer.resources)
 
 
-def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSnapshot, ...]:
-    """The newest `COMPLETED_TASKS_SHOWN` ended tasks of all frameworks, newest first."""
-    shown = COMPLETED_TASKS_SHOWN
-    newest = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
+def _recently_ended(
+    frameworks: Iterable[FrameworkRecord], shown: int | None
+) -> tuple[EndedTaskSnapshot, ...]:
+    """The newest `shown` ended tasks of `frameworks` (None: all), newest first."""
+    if shown is None:
+        every = [t for f in frameworks for t in f.completed]
+        newest = sorted(every, key=_ended_at, reverse=True)
+    else:
+        candidates = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
+        newest = heapq.nlargest(shown, candidates, key=_ended_at)
     return tuple(
         EndedTaskSnapshot(
             id=t.spec.task_id,
@@ -249,15 +270,31 @@ def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSna
             resources=t.spec.resources,
             message=t.status.message if t.status else "",
             exit_code=t.status.exit_code if t.status else None,
-            ended_at=t.status.timestamp if t.status else None,
+            ended_at=_ended_at(t) or None,
             reason=t.status.reason if t.status else "",
         )
-        for t in heapq.nlargest(shown, newest, key=_ended_at)
+        for t in newest
+    )
+
+
+def _completed_framework(f: FrameworkRecord) -> CompletedFrameworkSnapshot:
+    return CompletedFrameworkSnapshot(
+        id=f.framework_id,
+        name=f.info.name,
+        role=f.info.role,
+        registered_at=f.registered_at,
+        ended_at=f.ended_at or 0.0,
+        reason=f.end_reason,
+        completed_tasks=len(f.completed),
+        tasks_by_state=dict(Counter(t.state.value for t in f.completed)),
     )
 
 
 def _ended_at(task: TaskRecord) -> float:
-    return task.status.timestamp if task.status else 0.0
+    """When it ended: its last status's time, else when the master saw it end."""
+    if task.status is not None and task.status.timestamp:
+        return task.status.timestamp
+    return task.ended_at or 0.0
 
 
 __all__ = ["COMPLETED_TASKS_SHOWN", "agent_snapshot", "build_snapshot"]

@@ -190,7 +190,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         ):
             if first is None:
                 return
-            if first.WhichOneof("call") != "subscribe":
+            if (kind := first.WhichOneof("call")) != "subscribe":
+                self._master.metrics.call_rejected(kind)
+                log.warning("stream refused: the first call is not SUBSCRIBE", call=kind)
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
                 )
@@ -198,10 +200,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 info = convert.framework_info_from_proto(first.subscribe.framework_info)
                 framework_id = self._master.subscribe(info, outbox, principal=principal)
             except RegistrationRefused as e:
+                self._master.metrics.call_rejected("subscribe")
                 log.warning(
                     "subscription refused",
                     reason=clip(str(e), _ERROR_TEXT_LIMIT),
                     refusal=e.refusal.value,
+                    framework_id=clip(info.framework_id) or None,
+                    principal=principal,
                 )
                 await _refuse(context, e)
                 return

@@ -30,6 +30,8 @@ class TaskRecord:
     end_pending: bool = False
     # What it uses, as its agent last measured it (heartbeats); None if unmeasured.
     usage: TaskUsage | None = None
+    # When the master saw it end (wall clock), for an end whose status has no time.
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -76,6 +78,10 @@ class FrameworkRecord:
     deferred_reconciliations: list[str] = field(default_factory=list)
     # Torn down, waiting for its tasks to end; unknown to everyone else.
     removing: bool = False
+    # When it was torn down (wall clock) and why; kept in the history after it is
+    # removed (`MasterCore.completed_frameworks`).
+    ended_at: float | None = None
+    end_reason: str = ""
     # Who subscribed it (from the connection; None without authentication): only
     # that principal may subscribe with this framework id again.
     principal: str | None = None

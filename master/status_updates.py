@@ -326,7 +326,7 @@ class StatusUpdateHandling(MasterCore):
             task.spec = dataclasses.replace(spec, command="", environment={})
         framework.completed.append(task)
         framework.completed_by_id[spec.task_id] = task
-        while len(framework.completed) > self.config.completed_tasks_kept:
+        while len(framework.completed) > self.config.max_completed_tasks_per_framework:
             old = framework.completed.popleft()
             if framework.completed_by_id.get(old.spec.task_id) is old:
                 del framework.completed_by_id[old.spec.task_id]
@@ -351,6 +351,7 @@ class StatusUpdateHandling(MasterCore):
     def _finish(self, task: TaskRecord, state: TaskState) -> None:
         """Move a task to its terminal state and give its resources back."""
         task.state = state
+        task.ended_at = self._wall_clock()
         self.registry.remove_task(task.framework_id, task.spec.task_id)
         framework = self.frameworks[task.framework_id]
         framework.tasks.pop(task.spec.task_id, None)

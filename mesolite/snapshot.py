@@ -224,6 +224,29 @@ class EndedTaskSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class CompletedFrameworkSnapshot:
+    """A framework that ended: torn down (by itself or an operator) or away past its
+    failover timeout, and removed once its last task ended. Its ended tasks are in
+    `ClusterSnapshot.completed_tasks` under its id."""
+
+    id: str
+    name: str
+    role: str
+    registered_at: float
+    ended_at: float = field(metadata=doc("when it was torn down (its tasks then killed)"))
+    reason: str = field(
+        metadata=doc(
+            "why it ended: torn down by the framework, torn down by an operator (named), "
+            "its failover timeout expired, ..."
+        )
+    )
+    completed_tasks: int = field(metadata=doc("its ended tasks the master remembers"))
+    tasks_by_state: Mapping[str, int] = field(
+        metadata=doc("how those tasks ended: a count per terminal state (TASK_FINISHED, ...)")
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class OfferSnapshot:
     """An offer sent to a framework and not yet accepted, declined or rescinded."""
 
@@ -253,7 +276,19 @@ class ClusterSnapshot:
         )
     )
     completed_tasks: tuple[EndedTaskSnapshot, ...] = field(
-        default=(), metadata=doc("the most recently ended tasks, newest first")
+        default=(),
+        metadata=doc(
+            "ended tasks, newest first, of the frameworks here and of the completed ones: "
+            "every one the master keeps (up to its --max-completed-tasks-per-framework "
+            "per framework) in GET /state, the newest 50 in the web UI's events"
+        ),
+    )
+    completed_frameworks: tuple[CompletedFrameworkSnapshot, ...] = field(
+        default=(),
+        metadata=doc(
+            "frameworks that ended, newest first: the master's last "
+            "--max-completed-frameworks, kept in memory (a restarted master has none)"
+        ),
     )
 
     def to_json(self) -> dict[str, Any]:
@@ -269,6 +304,12 @@ class ClusterSnapshot:
     def framework(self, framework_id: str) -> FrameworkSnapshot | None:
         return next((f for f in self.frameworks if f.id == framework_id), None)
 
+    def framework_names(self) -> dict[str, str]:
+        """Every framework's name by id, live and completed."""
+        names = {f.id: f.name for f in self.completed_frameworks}
+        names.update((f.id, f.name) for f in self.frameworks)
+        return names
+
     def agent(self, agent_id: str) -> AgentSnapshot | None:
         return next((a for a in self.agents if a.id == agent_id), None)
 
@@ -283,6 +324,7 @@ __all__ = [
     "AgentSnapshot",
     "ClusterSnapshot",
     "ClusterTotals",
+    "CompletedFrameworkSnapshot",
     "DocumentError",
     "EndedTaskSnapshot",
     "FrameworkSnapshot",

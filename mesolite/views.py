@@ -5,7 +5,9 @@ the types GET /state is written from) in, a rich renderable out (no I/O, no
 clock but the snapshot's own `time`), so each view can be tested from a saved
 state. `mesolite state|agents|frameworks|roles|tasks` (mesolite/cli/_views.py)
 fetches the state, reads it with `ClusterSnapshot.from_json` and prints one of them;
-`VIEWS` says which part of the JSON each command's `--json` prints. The views
+`VIEWS` says which part of the JSON each command's `--json` prints, and which
+views have a history that `--all` adds (the frameworks that ended, the tasks that
+ended, as the master keeps them). The views
 show the figures the master derived (health, shares, used, offered); they
 compute none of their own.
 
@@ -88,6 +90,10 @@ def _when_empty(table: Table, rows: int, message: str) -> Table:
     return table
 
 
+def _hint(table: Table, hint: str) -> None:
+    table.caption = f"{table.caption}; {hint}" if table.caption else hint
+
+
 # Views -----------------------------------------------------------------------
 
 
@@ -148,7 +154,26 @@ def render_frameworks(state: ClusterSnapshot) -> Table:
             fmt_resources(f.offered),
             _framework_status(f),
         )
-    return _when_empty(table, len(state.frameworks), "no frameworks registered")
+    _when_empty(table, len(state.frameworks), "no frameworks registered")
+    if state.completed_frameworks:
+        _hint(table, f"{len(state.completed_frameworks)} completed: --all shows them")
+    return table
+
+
+def render_completed_frameworks(state: ClusterSnapshot) -> Table:
+    """Frameworks that ended, newest first: when, why, and how their tasks ended."""
+    table = _table("completed frameworks")
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("ended", justify="right")
+    table.add_column("tasks")
+    table.add_column("why")
+    for f in state.completed_frameworks:
+        counts = sorted(f.tasks_by_state.items(), key=lambda kv: (-kv[1], kv[0]))
+        tasks = ", ".join(f"{n} {name.removeprefix('TASK_').lower()}" for name, n in counts)
+        table.add_row(f.id, f.name, f.role, _ago(state, f.ended_at), tasks or "-", f.reason)
+    return _when_empty(table, len(state.completed_frameworks), "no framework has ended")
 
 
 def _framework_status(f: FrameworkSnapshot) -> Text:
@@ -260,24 +285,63 @@ def _cell(amounts: Amounts | None, name: str) -> str:
 
 
 def render_tasks(state: ClusterSnapshot) -> Table:
+    """The running tasks; each agent by id and host name (two agents may share a host)."""
     table = _table("tasks")
     table.add_column("id", no_wrap=True)
     table.add_column("framework", no_wrap=True)
     table.add_column("agent", no_wrap=True)
+    table.add_column("host", no_wrap=True)
     table.add_column("state")
     table.add_column("resources")
-    frameworks = {f.id: f.name for f in state.frameworks}
+    frameworks = state.framework_names()
     hosts = {a.id: a.hostname for a in state.agents}
     tasks = sorted(state.tasks, key=lambda t: (frameworks.get(t.framework_id, ""), t.id))
     for t in tasks:
         table.add_row(
             t.id,
             frameworks.get(t.framework_id, t.framework_id),
-            hosts.get(t.agent_id, t.agent_id),
+            t.agent_id,
+            hosts.get(t.agent_id, "-"),
             _task_state(t.state),
             fmt_resources(t.resources),
         )
-    return _when_empty(table, len(tasks), "no running tasks")
+    _when_empty(table, len(tasks), "no running tasks")
+    if state.completed_tasks:
+        _hint(table, f"{len(state.completed_tasks)} ended: --all shows them")
+    return table
+
+
+def render_ended_tasks(state: ClusterSnapshot) -> Table:
+    """Tasks that ended, newest first, of live and completed frameworks: how each ended
+    (state, exit code, message, reason) and when."""
+    table = _table("ended tasks")
+    table.add_column("id", no_wrap=True)
+    table.add_column("framework", no_wrap=True)
+    table.add_column("agent", no_wrap=True)
+    table.add_column("host", no_wrap=True)
+    table.add_column("state")
+    table.add_column("exit", justify="right")
+    table.add_column("ended", justify="right")
+    table.add_column("how it ended")
+    frameworks = state.framework_names()
+    hosts = {a.id: a.hostname for a in state.agents}
+    for t in state.completed_tasks:
+        how = t.message + (f" ({t.reason})" if t.reason else "")
+        table.add_row(
+            t.id,
+            frameworks.get(t.framework_id, t.framework_id),
+            t.agent_id or "-",
+            hosts.get(t.agent_id, "-"),
+            _task_state(t.state),
+            "-" if t.exit_code is None else str(t.exit_code),
+            _ago(state, t.ended_at),
+            how or "-",
+        )
+    return _when_empty(table, len(state.completed_tasks), "no task has ended")
+
+
+def _ago(state: ClusterSnapshot, when: float | None) -> str:
+    return "-" if when is None else f"{fmt_duration(state.time - when)} ago"
 
 
 def _task_state(state: TaskState) -> Text:
@@ -309,11 +373,25 @@ class View:
     part: str | None  # the key of the GET /state document `--json` prints; None: all of it
     json: str  # ...described for --help
     help: str
+    # With `--all`: the history shown after it, and its key in the document.
+    history: Callable[[ClusterSnapshot], RenderableType] | None = None
+    history_part: str | None = None
 
-    def json_of(self, state: ClusterSnapshot) -> Any:
-        """What `--json` prints: this view's part of the GET /state document."""
+    def render_all(self, state: ClusterSnapshot, history: bool) -> RenderableType:
+        """The view, and with `history` its history (`--all`) below it."""
+        if not history or self.history is None:
+            return self.render(state)
+        return Group(self.render(state), Text(), self.history(state))
+
+    def json_of(self, state: ClusterSnapshot, history: bool = False) -> Any:
+        """What `--json` prints: this view's part of the GET /state document; with
+        `history` (`--all`), an object of that part and its history's."""
         document = state.to_json()
-        return document if self.part is None else document[self.part]
+        if self.part is None:
+            return document
+        if history and self.history_part is not None:
+            return {self.part: document[self.part], self.history_part: document[self.history_part]}
+        return document[self.part]
 
 
 VIEWS: dict[str, View] = {
@@ -333,7 +411,9 @@ VIEWS: dict[str, View] = {
         render_frameworks,
         "frameworks",
         "the frameworks in /state",
-        "the frameworks: role, weight, dominant share, tasks",
+        "the frameworks: role, weight, dominant share, tasks; --all: and those that ended",
+        history=render_completed_frameworks,
+        history_part="completed_frameworks",
     ),
     "roles": View(
         render_roles,
@@ -345,6 +425,9 @@ VIEWS: dict[str, View] = {
         render_tasks,
         "tasks",
         "the tasks in /state",
-        "the running tasks: framework, agent, state, resources",
+        "the running tasks: framework, agent, state, resources; --all: and how those that "
+        "ended did",
+        history=render_ended_tasks,
+        history_part="completed_tasks",
     ),
 }

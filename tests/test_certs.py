@@ -389,3 +389,6 @@ def test_certs_init_writes_starter_acls_that_keep_each_principal_to_its_part(
     assert not acls.allows(Action.RUN_TASKS, "agent", "agent")
     assert acls.allows(Action.ACCESS_SANDBOXES, "framework", "framework")
     assert not acls.allows(Action.ACCESS_SANDBOXES, "framework", "ci")
+    for action in (Action.TEARDOWN_FRAMEWORKS, Action.KILL_TASKS):
+        assert acls.allows(action, "admin", "ci") and acls.allows(action, "ci", "ci")
+        assert not acls.allows(action, "framework", "ci") and not acls.allows(action, None, "ci")

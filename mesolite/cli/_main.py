@@ -1,10 +1,12 @@
 """`mesolite master|agent|demo|experiment`: run one, until Ctrl-C or SIGTERM; the view
-commands are `mesolite/cli/_views.py`'s, `mesolite certs` is `mesolite/cli/_certs.py`'s."""
+commands are `mesolite/cli/_views.py`'s, `mesolite teardown|kill`
+`mesolite/cli/_operator.py`'s, `mesolite certs` is `mesolite/cli/_certs.py`'s."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -12,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mesolite import http_serving, logs, tls_options
-from mesolite.cli._args import build_parser, isolation_config
+from mesolite.cli._args import build_parser, gc_config, isolation_config
 from mesolite.cli._certs import run_certs
+from mesolite.cli._operator import run_operator
 from mesolite.cli._views import show
 from mesolite.errors import MesoliteError
 from mesolite.resources import Resources
@@ -27,9 +30,30 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `mesolite` command. Ends quietly, as command-line tools do: on Ctrl-C with
+    130 (128 + SIGINT), when its reader goes away (`mesolite tasks --json | head -1`)
+    with 141 (128 + SIGPIPE), never with a traceback."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, so a closed pipe is caught below, not at exit
+        return code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # the ^C the terminal echoed ends its line
+        return 130
+    except BrokenPipeError:
+        # Nothing more can be written; Python would complain at exit while flushing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return show(args)
+    if args.command in ("teardown", "kill"):
+        return run_operator(args)
     if args.command == "certs":
         return run_certs(args)
     if args.command != "demo":  # the demo logs to files under its work dir
@@ -40,10 +64,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _run_demo,
         "experiment": _run_experiment,
     }
-    try:
-        return asyncio.run(runners[args.command](args))
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(runners[args.command](args))
 
 
 async def _until_signalled() -> None:
@@ -76,6 +97,8 @@ async def _run_master(args: argparse.Namespace) -> int:
         acls_file=args.acls,
         policy=args.policy,
         work_dir=args.work_dir,
+        max_completed_frameworks=args.max_completed_frameworks,
+        max_completed_tasks_per_framework=args.max_completed_tasks_per_framework,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
         http_allowed_hosts=args.http_allowed_hosts,
@@ -202,6 +225,7 @@ async def _run_agent(args: argparse.Namespace) -> int:
                 address=sandboxes.address if sandboxes else "",
                 attributes=args.attributes,
                 isolation=isolation_config(args),
+                gc=gc_config(args),
                 tls=auth.tls,
                 token=auth.token,
                 **({"hostname": args.hostname} if args.hostname else {}),

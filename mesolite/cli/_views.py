@@ -7,11 +7,8 @@ import argparse
 import json
 import os
 import signal
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -19,9 +16,15 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from mesolite import tls_options
-from mesolite.errors import MesoliteError
+from mesolite.cli._master_http import (
+    NOT_A_MASTER,
+    MasterRefused,
+    MasterUnreachable,
+    base_url,
+    request_json,
+)
 from mesolite.snapshot import ClusterSnapshot, DocumentError
-from mesolite.tls import MASTER_SERVER_NAME, TlsError
+from mesolite.tls import TlsError
 from mesolite.tls_options import PLAINTEXT, ClientAuth
 from mesolite.views import VIEWS, View
 
@@ -29,46 +32,16 @@ from mesolite.views import VIEWS, View
 _WIDE_OUTPUT = 250
 
 
-class MasterUnreachable(MesoliteError):
-    """The master's `GET /state` could not be read; the message says why and what to do."""
-
-
 def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
-    scheme = "https" if auth.tls else "http"
-    url = address if address.startswith(("http://", "https://")) else f"{scheme}://{address}"
-    not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
-    context: ssl.SSLContext | None = None
-    request = urllib.request.Request(f"{url}/state")
-    if auth.tls is not None:
-        # The master's own name, not the address: an agent's certificate for the
-        # same host must not pass for the master's.
-        context = auth.tls.client_context(server_name=MASTER_SERVER_NAME)
-    if auth.token is not None:
-        request.add_header("Authorization", f"Bearer {auth.token}")
+    url = base_url(address, auth)
     try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            data = json.load(response)
-    except urllib.error.HTTPError as e:
-        if e.code == 401:
-            raise MasterUnreachable(
-                f"{url}/state answered 401: the master wants a principal. Give --tls-dir "
-                "(a bundle from `mesolite certs init`), or a token with --token-file"
-            ) from None
-        raise MasterUnreachable(
-            f"{url}/state answered {e.code} {e.reason}: {not_a_master}"
-        ) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = e.reason if isinstance(e, urllib.error.URLError) else e
-        tls_hint = "" if auth.tls else " If it uses TLS, give --tls-dir (or MESOLITE_TLS_DIR)."
-        raise MasterUnreachable(
-            f"cannot reach the master at {address}: {reason}. Is it running? "
-            "Start one with `mesolite master`, or give its address with --master HOST:HTTP_PORT."
-            + tls_hint
-        ) from None
-    except ValueError:  # not JSON, or not UTF-8
-        raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
+        data = request_json(address, "/state", auth)
+    except MasterRefused as e:
+        if e.status in (401, 403):
+            raise MasterUnreachable(str(e)) from None
+        raise MasterUnreachable(f"{url}/state answered {e.status}: {NOT_A_MASTER}") from None
     if not isinstance(data, dict) or "cluster" not in data:
-        raise MasterUnreachable(f"{url}/state is not a master's state: {not_a_master}")
+        raise MasterUnreachable(f"{url}/state is not a master's state: {NOT_A_MASTER}")
     try:
         return ClusterSnapshot.from_json(data)
     except DocumentError as e:
@@ -99,10 +72,11 @@ def show(args: argparse.Namespace) -> int:
     except MasterUnreachable as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
+    history = getattr(args, "all", False)
     if args.json:
-        print(json.dumps(view.json_of(state), indent=2))
+        print(json.dumps(view.json_of(state, history), indent=2))
     else:
-        _print(_console(), view.render(state))
+        _print(_console(), view.render_all(state, history))
     return 0
 
 
@@ -119,6 +93,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
     """Show the view again every `--watch` seconds until Ctrl-C: live on a terminal,
     one snapshot after another when piped, and one JSON document a line with --json."""
     console, every = _console(), args.watch
+    history = getattr(args, "all", False)
     # Started in the background by a shell, we may inherit SIGINT ignored; Ctrl-C
     # (and SIGTERM) must still stop the watch.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -130,14 +105,14 @@ def _watch(view: View, args: argparse.Namespace) -> int:
         except MasterUnreachable as e:
             return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
         footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
-        return Group(view.render(state), Text(footer, style="dim"))
+        return Group(view.render_all(state, history), Text(footer, style="dim"))
 
     try:
         if args.json:
             while True:
                 try:
                     state = _fetch_state(args.master, args.auth)
-                    print(json.dumps(view.json_of(state)), flush=True)
+                    print(json.dumps(view.json_of(state, history)), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
                 time.sleep(every)
