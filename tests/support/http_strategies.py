@@ -202,8 +202,50 @@ def _other_paths(known: tuple[str, ...]) -> st.SearchStrategy[str]:
 MASTER_PATHS = ("/state", "/metrics", "/", "/ui/app.js", "/ui/style.css", "/events")
 
 
+OPERATOR_BODIES = weighted(
+    (4, st.just(b"{}")),
+    (
+        2,
+        st.sampled_from(
+            (b"", b"[]", b"null", b'{"x": 1}', b"{", b"\xff\xfe", b"{}" + b" " * 5000, b'"{}"')
+        ),
+    ),
+    (1, st.binary(max_size=64)),
+)
+OPERATOR_TYPES = weighted(
+    (4, st.just("application/json")),
+    (
+        1,
+        st.sampled_from(
+            (
+                "application/x-www-form-urlencoded",
+                "text/plain",
+                "application/json; charset=latin-1",
+                "",
+                "multipart/form-data; boundary=x",
+            )
+        ),
+    ),
+)
+
+
+@st.composite
+def operator_requests(draw: st.DrawFn, ids: Ids) -> Request:
+    """The operator API: a teardown or a kill, mostly as the CLI sends them (POST,
+    JSON, `{}`), of the real framework and task or of anything."""
+    framework = draw(segment(ids.framework_id))
+    if draw(st.booleans(), label="kill"):
+        path = f"/api/v1/frameworks/{framework}/tasks/{draw(segment(ids.task_id))}/kill"
+    else:
+        path = f"/api/v1/frameworks/{framework}/teardown"
+    method = draw(weighted((6, st.just("POST")), (1, METHODS)))
+    headers = (("Content-Type", draw(OPERATOR_TYPES)), *draw(HEADERS))
+    return Request(method, path, headers, draw(OPERATOR_BODIES))
+
+
 def master_requests(ids: Ids) -> st.SearchStrategy[Request]:
-    """Requests to the master's HTTP server: its routes, the sandbox proxy above all."""
+    """Requests to the master's HTTP server: its routes, the sandbox proxy above all;
+    the operator API too."""
     ui = st.tuples(
         st.just("/ui/"), weighted((2, st.sampled_from(("app.js", "index.html"))), (1, ANY_SEGMENTS))
     ).map("".join)
@@ -220,7 +262,7 @@ def master_requests(ids: Ids) -> st.SearchStrategy[Request]:
         (1, unknown_agent),
         (2, _other_paths(MASTER_PATHS)),
     )
-    return _requests(paths)
+    return weighted((8, _requests(paths)), (1, operator_requests(ids)))
 
 
 def sandbox_requests(ids: Ids) -> st.SearchStrategy[Request]:
