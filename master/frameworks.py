@@ -12,6 +12,7 @@ memory only (as Mesos' completed frameworks).
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from mesolite.master import messages as msg
@@ -271,6 +272,7 @@ class FrameworkHandling(MasterCore):
         if framework.ended_at is None:  # torn down before the master restarted
             framework.ended_at = self._wall_clock()
             framework.end_reason = "torn down before the master restarted"
+        framework.ended_counts = dict(Counter(t.state.value for t in framework.completed))
         framework.undelivered.clear()
         framework.completed_by_id.clear()
         framework.outbox = None

@@ -8,7 +8,8 @@ request without a principal is refused with 401, whatever its path), then the
 permission its route asks for (`master.http_access`: the route table, and the ACLs
 judging the principal authentication found).
 
-/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), from a snapshot taken by
+/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), with every ended task the
+master keeps, or with the newest N of them for `?completed_tasks=N`, from a snapshot taken by
 `master.read_model.build_snapshot` after the request arrived, encoded in a worker
 thread (`master.snapshot_document`: concurrent requests share one snapshot); /metrics
 is rendered from a snapshot in the same way (`MasterMetrics.exposition`). The shape
@@ -39,8 +40,41 @@ STATE_KEY = web.AppKey("state_document", SnapshotDocument)
 METRICS_KEY = web.AppKey("metrics_document", SnapshotDocument)
 
 
+class ShorterStates:
+    """GET /state?completed_tasks=N: the state with only the newest N ended tasks (the
+    CLI's views ask for 0 unless they show the history). One shared document per N,
+    for the `size` Ns asked for last."""
+
+    def __init__(self, master: Master, size: int = 8) -> None:
+        self._master = master
+        self._size = size
+        self._documents: dict[int, SnapshotDocument] = {}
+
+    def document(self, shown: int) -> SnapshotDocument:
+        document = self._documents.pop(shown, None)
+        if document is None:
+            snapshot = functools.partial(build_snapshot, self._master, ended_tasks=shown)
+            document = SnapshotDocument(snapshot)
+        self._documents[shown] = document  # the newest last
+        while len(self._documents) > self._size:
+            del self._documents[next(iter(self._documents))]
+        return document
+
+
+SHORTER_STATES_KEY = web.AppKey("shorter_states", ShorterStates)
+_MAX_SHOWN = 10**9
+
+
 async def _state(request: web.Request) -> web.Response:
-    body = await request.app[STATE_KEY].body()  # encoded off the loop
+    """The state; `?completed_tasks=N` holds the newest N ended tasks, not all kept."""
+    shown = request.query.get("completed_tasks", "all")
+    if shown == "all":
+        document = request.app[STATE_KEY]
+    elif shown.isascii() and shown.isdigit() and int(shown) <= _MAX_SHOWN:
+        document = request.app[SHORTER_STATES_KEY].document(int(shown))
+    else:
+        raise web.HTTPBadRequest(text="completed_tasks must be 'all' or a whole number\n")
+    body = await document.body()  # encoded off the loop
     return web.Response(body=body, content_type="application/json")
 
 
@@ -78,9 +112,13 @@ def create_app(
     )
     app[MASTER_KEY] = master
     snapshot = functools.partial(build_snapshot, master)
-    # GET /state holds every ended task the master keeps; the others the newest only.
+    # GET /state holds every ended task the master keeps (unless asked for fewer); the
+    # web UI's events the newest only; /metrics none.
     app[STATE_KEY] = SnapshotDocument(functools.partial(build_snapshot, master, ended_tasks=None))
-    app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
+    app[SHORTER_STATES_KEY] = ShorterStates(master)
+    app[METRICS_KEY] = SnapshotDocument(
+        functools.partial(build_snapshot, master, ended_tasks=0), master.metrics.exposition
+    )
     routes = [
         Route("/state", _state, Action.VIEW_STATE),
         Route("/metrics", _metrics, Action.VIEW_STATE),

@@ -255,8 +255,8 @@ def _recently_ended(
 ) -> tuple[EndedTaskSnapshot, ...]:
     """The newest `shown` ended tasks of `frameworks` (None: all), newest first."""
     if shown is None:
-        every = [t for f in frameworks for t in f.completed]
-        newest = sorted(every, key=_ended_at, reverse=True)
+        every = [t for f in frameworks for t in reversed(f.completed)]
+        newest = sorted(every, key=_ended_at, reverse=True)  # as nlargest orders ties
     else:
         candidates = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
         newest = heapq.nlargest(shown, candidates, key=_ended_at)
@@ -286,7 +286,7 @@ def _completed_framework(f: FrameworkRecord) -> CompletedFrameworkSnapshot:
         ended_at=f.ended_at or 0.0,
         reason=f.end_reason,
         completed_tasks=len(f.completed),
-        tasks_by_state=dict(Counter(t.state.value for t in f.completed)),
+        tasks_by_state=dict(f.ended_counts),  # counted once, as it entered the history
     )
 
 

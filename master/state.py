@@ -82,6 +82,8 @@ class FrameworkRecord:
     # removed (`MasterCore.completed_frameworks`).
     ended_at: float | None = None
     end_reason: str = ""
+    # Once in the history (its ended tasks no longer change): how many ended in each state.
+    ended_counts: dict[str, int] = field(default_factory=dict)
     # Who subscribed it (from the connection; None without authentication): only
     # that principal may subscribe with this framework id again.
     principal: str | None = None

@@ -306,8 +306,10 @@ def render_tasks(state: ClusterSnapshot) -> Table:
             fmt_resources(t.resources),
         )
     _when_empty(table, len(tasks), "no running tasks")
-    if state.completed_tasks:
-        _hint(table, f"{len(state.completed_tasks)} ended: --all shows them")
+    ended = sum(f.completed_tasks for f in state.frameworks)
+    ended += sum(f.completed_tasks for f in state.completed_frameworks)
+    if ended:
+        _hint(table, f"{ended} ended: --all shows them")
     return table
 
 

@@ -6,14 +6,16 @@ read model shows it. The core driven directly, in virtual time."""
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 
+from mesolite.http_hosts import AllowedHosts
 from mesolite.master import messages as msg
 from mesolite.master.errors import OperatorCallRefused, Refusal
-from mesolite.master.http import STATE_KEY, create_app
+from mesolite.master.http import create_app
 from mesolite.master.read_model import COMPLETED_TASKS_SHOWN, build_snapshot
 from mesolite.model import TaskState
 from tests.support.core import CONFIG, AgentPeer, CoreHarness, FrameworkPeer
@@ -195,17 +197,33 @@ def test_operator_refusals_say_why_and_change_nothing(
 
 
 async def test_get_state_holds_every_ended_task_kept_and_the_page_the_newest() -> None:
-    """GET /state: the whole history (as Mesos' /state); the web UI's events: the newest
-    COMPLETED_TASKS_SHOWN only (they are sent again at every change)."""
+    """GET /state: the whole history (as Mesos' /state), or the newest N ended tasks for
+    ?completed_tasks=N; the web UI's events: the newest COMPLETED_TASKS_SHOWN only (they
+    are sent again at every change)."""
     core = CoreHarness()
     many = COMPLETED_TASKS_SHOWN + 10
     agent, fw = with_tasks(core, "many", *(f"t{i}" for i in range(many)))
     for i in range(many):
         core.update(agent, fw, f"t{i}", TaskState.FINISHED, exit_code=0)
     core.master.operator_teardown(fw.framework_id, "admin")
-    app = create_app(core.master)
+    app = create_app(core.master, allowed_hosts=AllowedHosts(("*",)))
+    async with TestClient(TestServer(app)) as client:
 
-    state = json.loads(await app[STATE_KEY].body())
-    assert len(state["completed_tasks"]) == many
-    assert [f["id"] for f in state["completed_frameworks"]] == [fw.framework_id]
+        async def state(query: str = "") -> dict[str, Any]:
+            async with client.get(f"/state{query}") as response:
+                assert response.status == 200, await response.text()
+                document: dict[str, Any] = await response.json()
+                return document
+
+        every = await state()
+        assert len(every["completed_tasks"]) == many
+        assert [f["id"] for f in every["completed_frameworks"]] == [fw.framework_id]
+        assert (await state("?completed_tasks=all")) == every
+        newest = (await state("?completed_tasks=2"))["completed_tasks"]
+        assert [t["id"] for t in newest] == [t["id"] for t in every["completed_tasks"][:2]]
+        none = await state("?completed_tasks=0")  # what the CLI's views ask for
+        assert none["completed_tasks"] == [] and none["completed_frameworks"]
+        for bad in ("-1", "x", "1e3", "%C2%B3", "9" * 12):
+            async with client.get(f"/state?completed_tasks={bad}") as response:
+                assert response.status == 400, bad
     assert len(build_snapshot(core.master).completed_tasks) == COMPLETED_TASKS_SHOWN

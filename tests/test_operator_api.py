@@ -108,6 +108,8 @@ async def test_kill_and_teardown_from_the_command_line_leave_a_history(tmp_path:
             assert ended["broken"]["exit_code"] == 3 and ended["broken"]["state"] == "TASK_FAILED"
             assert ended["victim"]["state"] == ended["keeper"]["state"] == "TASK_KILLED"
             assert all(t["ended_at"] and t["framework_id"] == framework_id for t in ended.values())
+            code, out, _ = await mesolite("tasks", "--master", http)  # asks for no history
+            assert "no running tasks; 3 ended: --all shows them" in out and "broken" not in out
             code, out, _ = await mesolite("tasks", "--all", "--master", http)
             [line] = [ln for ln in out.splitlines() if ln.startswith("broken")]
             assert "sweep" in line and "FAILED" in line and " 3 " in line and "ago" in line

@@ -32,10 +32,13 @@ from mesolite.views import VIEWS, View
 _WIDE_OUTPUT = 250
 
 
-def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
+def _fetch_state(
+    address: str, auth: ClientAuth = PLAINTEXT, *, history: bool = True
+) -> ClusterSnapshot:
+    """The master's state; without `history`, no ended task (the master sends less)."""
     url = base_url(address, auth)
     try:
-        data = request_json(address, "/state", auth)
+        data = request_json(address, "/state" if history else "/state?completed_tasks=0", auth)
     except MasterRefused as e:
         if e.status in (401, 403):
             raise MasterUnreachable(str(e)) from None
@@ -64,15 +67,17 @@ def show(args: argparse.Namespace) -> int:
     except TlsError as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 2
+    history = getattr(args, "all", False)
+    # The ended tasks only when shown: with the history, or in all of /state's JSON.
+    args.full_state = history or (args.json and view.part is None)
     if args.watch is not None:
         return _watch(view, args)
     try:
         with Console(stderr=True).status(f"reading the state of {args.master}"):
-            state = _fetch_state(args.master, args.auth)
+            state = _fetch_state(args.master, args.auth, history=args.full_state)
     except MasterUnreachable as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
-    history = getattr(args, "all", False)
     if args.json:
         print(json.dumps(view.json_of(state, history), indent=2))
     else:
@@ -101,7 +106,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
 
     def frame() -> RenderableType:
         try:
-            state = _fetch_state(args.master, args.auth)
+            state = _fetch_state(args.master, args.auth, history=args.full_state)
         except MasterUnreachable as e:
             return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
         footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
@@ -111,7 +116,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
         if args.json:
             while True:
                 try:
-                    state = _fetch_state(args.master, args.auth)
+                    state = _fetch_state(args.master, args.auth, history=args.full_state)
                     print(json.dumps(view.json_of(state, history)), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)

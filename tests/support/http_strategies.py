@@ -101,7 +101,9 @@ QUERIES = weighted(
         4,
         st.lists(
             st.tuples(
-                st.sampled_from(("offset", "length", "offset", "length", "x", "")),
+                st.sampled_from(
+                    ("offset", "length", "offset", "length", "x", "", "completed_tasks")
+                ),
                 st.sampled_from(NUMBERS),
             ),
             max_size=3,
