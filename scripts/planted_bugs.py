@@ -1,6 +1,7 @@
 """Plant known bugs one at a time and check that the tests catch each: the allocator's,
 holes in authentication (TLS_TESTS), in isolation (ISOLATION_TESTS) and in frameworks'
-users (USER_TESTS).
+users (USER_TESTS), and the operators' tools (OPERATOR_BUGS: teardown and kill, history,
+sandbox GC, the CLI).
 
     python scripts/planted_bugs.py [--only NAME ...] [--tests FILE ...]
 
@@ -435,6 +436,162 @@ BUGS = [
     ),
 ]
 
+# Operators (issue 13): teardown and kill, the history, sandbox GC, the CLI.
+OPERATOR_BUGS = [
+    Bug(
+        "operator routes checked as view_state",
+        "master/operator_api.py",
+        'Route(TEARDOWN_PATH, _teardown, Action.TEARDOWN_FRAMEWORKS, method="POST")',
+        'Route(TEARDOWN_PATH, _teardown, Action.VIEW_STATE, method="POST")',
+        ("tests/test_operator_api.py::test_only_who_the_acls_allow_may_act",),
+    ),
+    Bug(
+        "ACL object = the caller, not the framework's principal",
+        "master/http_access.py",
+        "obj = framework.principal if framework is not None else None",
+        "obj = who",
+        ("tests/test_operator_api.py::test_only_who_the_acls_allow_may_act",),
+    ),
+    Bug(
+        "operator refusals not counted",
+        "master/http.py",
+        "            count_refusals,  # outermost",
+        "            # count_refusals,  # outermost",
+        (
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "refused SUBSCRIBE not counted",
+        "master/servicers.py",
+        '                self._master.metrics.call_rejected("subscribe")\n',
+        "",
+        ("tests/test_operator_api.py::test_a_refused_subscribe_is_counted",),
+    ),
+    Bug(
+        "form posts accepted (no JSON content type check)",
+        "master/operator_api.py",
+        'if request.content_type != "application/json":',
+        "if False:",
+        (
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "teardown of a framework being torn down accepted",
+        "master/operator.py",
+        "        if framework.removing:\n",
+        "        if False:\n",
+        ("tests/test_history.py::test_operator_refusals_say_why_and_change_nothing",),
+    ),
+    Bug(
+        "kill sent to a disconnected agent's task",
+        "master/operator.py",
+        "if agent is None or agent.outbox is None:",
+        "if agent is None:",
+        ("tests/test_history.py::test_operator_refusals_say_why_and_change_nothing",),
+    ),
+    Bug(
+        "removed frameworks not kept in history",
+        "master/frameworks.py",
+        "            self._keep_completed(framework)\n",
+        "",
+        (
+            "tests/test_history.py",
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "completed frameworks unbounded",
+        "master/frameworks.py",
+        "while len(self.completed_frameworks) > self.config.max_completed_frameworks:",
+        "while False:",
+        ("tests/test_history.py::test_history_is_bounded_as_mesos_bounds_it",),
+    ),
+    Bug(
+        "/state holds only the newest 50 ended tasks",
+        "master/http.py",
+        "SnapshotDocument(functools.partial(build_snapshot, master, ended_tasks=None))",
+        "SnapshotDocument(functools.partial(build_snapshot, master))",
+        (
+            "tests/test_history.py::test_get_state_holds_every_ended_task_kept_and_the_page_the_newest",
+        ),
+    ),
+    Bug(
+        "completed frameworks' tasks left out of the snapshot",
+        "master/read_model.py",
+        "[*master.frameworks.values(), *master.completed_frameworks.values()], ended_tasks",
+        "[*master.frameworks.values()], ended_tasks",
+        (
+            "tests/test_history.py",
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "gc plan ignores live tasks",
+        "agent/gc_policy.py",
+        "        if sandbox.key in live:\n            continue\n",
+        "",
+        ("tests/test_sandbox_gc.py",),
+    ),
+    Bug(
+        "allowed age not scaled by disk usage",
+        "agent/gc_policy.py",
+        "    return config.delay * room",
+        "    return config.delay",
+        ("tests/test_sandbox_gc.py",),
+    ),
+    Bug(
+        "no liveness re-check before removal",
+        "agent/_sandbox_gc.py",
+        "if sandbox.key in self._live():  # launched again since the scan",
+        "if False:  # planted: no re-check",
+        ("tests/test_sandbox_gc.py::test_a_task_launched_again_since_the_scan_keeps_its_sandbox",),
+    ),
+    Bug(
+        "unacknowledged ends not live",
+        "agent/tasks.py",
+        "return set(self._tasks) | set(self._ended) | self._finishing",
+        "return set(self._tasks) | self._finishing",
+        ("tests/test_sandbox_gc.py::test_a_task_whose_end_is_not_acknowledged_keeps_its_sandbox",),
+    ),
+    Bug(
+        "agent never starts its gc",
+        "agent/agent.py",
+        'gc = asyncio.create_task(self._gc.run(), name="mesolite-agent-gc")',
+        "gc = None",
+        ("tests/test_sandbox_gc.py",),
+    ),
+    Bug(
+        "--help without defaults",
+        "mesolite/cli/_args.py",
+        'kwargs.setdefault("formatter_class", _HelpFormatter)',
+        "pass",
+        ("tests/test_cli_polish.py::test_help_shows_every_default",),
+    ),
+    Bug(
+        "tasks view shows the host name only",
+        "mesolite/views.py",
+        '            t.agent_id,\n            hosts.get(t.agent_id, "-"),\n',
+        '            hosts.get(t.agent_id, t.agent_id),\n            "",\n',
+        ("tests/test_cli_polish.py::test_two_agents_on_one_host_are_told_apart",),
+    ),
+    Bug(
+        "no closed-pipe handling",
+        "mesolite/cli/_main.py",
+        "    except BrokenPipeError:",
+        "    except ZeroDivisionError:",
+        ("tests/test_cli_polish.py::test_a_closed_pipe_ends_the_command_quietly",),
+    ),
+    Bug(
+        "no Ctrl-C handling",
+        "mesolite/cli/_main.py",
+        "    except KeyboardInterrupt:\n        print(file=sys.stderr)",
+        "    except ZeroDivisionError:\n        print(file=sys.stderr)",
+        ("tests/test_cli_polish.py::test_ctrl_c_ends_the_command_quietly",),
+    ),
+]
+
 
 def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     path = Path(bug.path)
@@ -467,7 +624,7 @@ def main() -> int:
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in BUGS:
+    for bug in [*BUGS, *OPERATOR_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS
