@@ -64,6 +64,15 @@ def _error(kind: type[web.HTTPException], message: str) -> web.HTTPException:
     return kind(text=json.dumps({"error": message}), content_type="application/json")
 
 
+def _too_large(size: int) -> web.HTTPException:
+    return web.HTTPRequestEntityTooLarge(
+        MAX_BODY,
+        size,
+        text=json.dumps({"error": f"the body is larger than {MAX_BODY} bytes"}),
+        content_type="application/json",
+    )
+
+
 async def _body(request: web.Request) -> dict[str, Any]:
     """The call's JSON object; refused unless it is one, sent as application/json."""
     if request.content_type != "application/json":
@@ -72,12 +81,16 @@ async def _body(request: web.Request) -> dict[str, Any]:
             "send Content-Type: application/json with a JSON object body ({})",
         )
     if request.content_length is not None and request.content_length > MAX_BODY:
-        raise _error(web.HTTPRequestEntityTooLarge, f"the body is larger than {MAX_BODY} bytes")
-    raw = await request.content.read(MAX_BODY + 1)
-    if len(raw) > MAX_BODY:
-        raise _error(web.HTTPRequestEntityTooLarge, f"the body is larger than {MAX_BODY} bytes")
+        raise _too_large(request.content_length)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.content.iter_any():  # to its end, at most MAX_BODY bytes
+        size += len(chunk)
+        if size > MAX_BODY:
+            raise _too_large(size)
+        chunks.append(chunk)
     try:
-        body = json.loads(raw or b"{}")
+        body = json.loads(b"".join(chunks) or b"{}")
     except ValueError:
         raise _error(web.HTTPBadRequest, "the body is not JSON") from None
     if not isinstance(body, dict) or body:

@@ -528,6 +528,16 @@ OPERATOR_BUGS = [
         ),
     ),
     Bug(
+        "an oversized operator call answered 500 (the 413 built wrong)",
+        "master/operator_api.py",
+        "        MAX_BODY,\n        size,\n        text=",
+        "        text=",
+        (
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+            "tests/test_fuzz_http.py",
+        ),
+    ),
+    Bug(
         "gc plan ignores live tasks",
         "agent/gc_policy.py",
         "        if sandbox.key in live:\n            continue\n",

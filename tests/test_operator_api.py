@@ -18,6 +18,7 @@ import pytest
 from mesolite import certs, grpc_utils
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from mesolite.master.metrics import MasterMetrics
+from mesolite.master.operator_api import MAX_BODY
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.cluster import FAST, LocalCluster
 from tests.recording import RecordingFramework, running
@@ -71,11 +72,13 @@ async def test_kill_and_teardown_from_the_command_line_leave_a_history(tmp_path:
                 assert reason in err and "Traceback" not in err, err
             # A page in the operator's browser cannot do it: no form posts.
             url = f"http://{http}/api/v1/frameworks/{framework_id}/teardown"
-            async with (
-                aiohttp.ClientSession() as session,
-                session.post(url, data={"x": "1"}) as response,
-            ):
-                assert response.status == 415
+            async with aiohttp.ClientSession() as session:
+                async with session.post(url, data={"x": "1"}) as response:
+                    assert response.status == 415
+                big = b"{" + b" " * MAX_BODY + b"}"  # a body is bounded
+                json_type = {"Content-Type": "application/json"}
+                async with session.post(url, data=big, headers=json_type) as response:
+                    assert response.status == 413
             assert framework_id in cluster.master.frameworks
 
             code, out, err = await mesolite("teardown", framework_id, "--master", http, "--json")
@@ -116,7 +119,7 @@ async def test_kill_and_teardown_from_the_command_line_leave_a_history(tmp_path:
 
             metrics = cluster.master.metrics
             assert rejected(metrics, "operator_kill") == 2
-            assert rejected(metrics, "operator_teardown") == 3  # unknown, a form, ended
+            assert rejected(metrics, "operator_teardown") == 4  # unknown, a form, big, ended
             assert rejected(metrics, "subscribe") >= 1  # the torn-down framework came back
         finally:
             await fw.stop()
