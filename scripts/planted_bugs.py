@@ -44,6 +44,7 @@ FAST_TESTS = (
     "tests/test_allocator_hierarchy.py",
 )
 TLS_TESTS = ("tests/test_tls.py", "tests/test_certs.py")
+PAPER_TESTS = ("tests/test_ceei.py", "tests/test_policy_properties.py")
 # Weight vectors (issue 14): the unit tests of each layer, the property tests and
 # the end-to-end test over real gRPC.
 WEIGHT_TESTS = (
@@ -229,6 +230,35 @@ BUGS = [
         "                resource_weights=tree.role_resource_weights(path),",
         "                resource_weights=None,",
         WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the exact reference multiplies by the weight",
+        "mesolite/lab/drf_reference.py",
+        "return {r: share / named.get(r, weight) for r, share in unit.items()}",
+        "return {r: share * named.get(r, weight) for r, share in unit.items()}",
+        ("tests/test_drf_reference.py", "tests/test_roles_cluster.py"),
+    ),
+    # CEEI and the properties table (issue 14).
+    Bug(
+        "CEEI: incomes ignored",
+        "mesolite/lab/ceei.py",
+        "    budget = budget / budget.sum()",
+        "    budget = np.full(len(budget), 1 / len(budget))",
+        PAPER_TESTS,
+    ),
+    Bug(
+        "properties: sharing incentive measured on the whole cluster",
+        "mesolite/lab/fairness_properties.py",
+        "alone = min(Fraction(case.capacity[r], n * x) for r, x in d.items() if x)",
+        "alone = min(Fraction(case.capacity[r], x) for r, x in d.items() if x)",
+        PAPER_TESTS,
+    ),
+    Bug(
+        "properties: envy counted only beyond a whole task",
+        "mesolite/lab/fairness_properties.py",
+        "if envied - allowance > out.tasks[i]:",
+        "if envied - allowance > out.tasks[i] + 1:",
+        PAPER_TESTS,
     ),
     # Isolation (issue 12): each against the tests on this machine's cgroups.
     Bug(
