@@ -24,7 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mesolite.cli import main
+from mesolite.cli._args import build_parser
+from mesolite.cli._paper import run_paper_command
 from mesolite.lab.ceei import ceei
 from mesolite.lab.drf_reference import asset_fairness, drf
 from mesolite.lab.fairness_properties import (
@@ -292,15 +293,21 @@ def test_the_paper_example_under_the_three_policies() -> None:
     assert (dominant.tasks["A"], dominant.tasks["B"]) == (3, 2)
 
 
+def paper_command(*argv: str) -> int:
+    """`mesolite experiment ...` parsed and run in-process (without `main`, which
+    configures logging for the whole process)."""
+    return run_paper_command(build_parser().parse_args(["experiment", *argv]))
+
+
 def test_the_commands(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     figure = tmp_path / "example.png"
-    assert main(["experiment", "paper-example", "--out", str(figure)]) == 0
+    assert paper_command("paper-example", "--out", str(figure)) == 0
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "CEEI             A       4.09   4.09  16.36" in capsys.readouterr().out
     table = tmp_path / "properties.md"
-    assert main(["experiment", "properties", "--examples", "5", "--out", str(table)]) == 0
+    assert paper_command("properties", "--examples", "5", "--out", str(table)) == 0
     assert table.read_text().startswith("| Property | Asset fairness: paper |")
-    assert main(["experiment", "properties", "--examples", "0"]) == 2
+    assert paper_command("properties", "--examples", "0") == 2
 
 
 def dictator(capacity: dict[str, int], demands: dict[str, dict[str, int]]) -> Outcome:

@@ -56,6 +56,7 @@ from fractions import Fraction
 import numpy as np
 from scipy.optimize import minimize, nnls
 
+from mesolite.errors import MesoliteError
 from mesolite.lab.drf_reference import Amount, Weight, _problem
 
 __all__ = ["CEEIAllocation", "CEEIError", "ceei"]
@@ -65,7 +66,7 @@ _EPS = float(np.finfo(float).eps)
 _NEWTON_STEPS = 30
 
 
-class CEEIError(ArithmeticError):
+class CEEIError(MesoliteError, ArithmeticError):
     """The solver's answer could not be certified to the requested tolerance."""
 
 
