@@ -117,6 +117,9 @@ def test_slots_with_a_weight_vector_divide_each_resource_s_slot_count() -> None:
     # Memory, unnamed, weighs the scalar weight 2: max(2 / 4, 4 / 2) slots of 8.
     assert weighted_share(slots, held, CLUSTER, 2.0, {"cpus": 4}) == 2 / 8
     assert weighted_share(slots, held, Resources(cpus=0.5, mem=8192), 1.0, {"mem": 2}) == 0.0
+    # A cluster of exactly one slot: holding it is all of it, weighted.
+    one = Resources(cpus=1, mem=2048)
+    assert weighted_share(slots, one, one, 1.0, {"mem": 2}) == 1.0
 
 
 @pytest.mark.parametrize("policy", [DRFPolicy(), AssetPolicy(), SlotsPolicy()])
