@@ -522,7 +522,7 @@ def test_many_roles_agree_with_the_reference() -> None:
 
 @pytest.mark.parametrize("weight", [-1.0, math.nan, math.inf, True])
 def test_share_input_rejects_bad_weights(weight: float) -> None:
-    with pytest.raises(ValueError, match="weight"):
+    with pytest.raises(ValueError, match=r"^weight must be a finite number >= 0, got "):
         ShareInput(weight)
 
 
