@@ -9,7 +9,8 @@ each figure is derived here once:
   the agent timeout (`_healthy`);
 - a dominant share is the largest fraction of *any* resource in the cluster
   (DRF's share, whatever policy the master runs);
-- a weighted share is the policy's share divided by the role's weight, as the
+- a weighted share is the policy's share divided by the role's weight (or, for
+  a weight vector, each resource's part divided by its own weight), as the
   allocator orders by (read from the allocator);
 - a framework's `allocated` is what the allocator counts (its tasks plus its
   offers), `used` what its tasks hold, `offered` what its offers hold; the
@@ -165,6 +166,7 @@ def _framework(
         registered_at=f.registered_at,
         used_dominant_share=_DRF.share(used, total),
         user=f.info.user,
+        resource_weights=alloc.role_resource_weights(f.info.role),
     )
 
 
@@ -225,6 +227,7 @@ def _roles(master: Master, frameworks_in: Counter[str]) -> tuple[RoleSnapshot, .
                 instantaneous_fair_share=instantaneous.get(path, EMPTY),
                 active=tree.role_active(path),
                 frameworks=frameworks_in[path],
+                resource_weights=tree.role_resource_weights(path),
             )
         )
     return tuple(roles)

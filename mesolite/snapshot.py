@@ -28,6 +28,12 @@ from mesolite.resources import EMPTY, Resources
 
 SCHEMA_ID = "urn:mesolite:master:state"
 
+_RESOURCE_WEIGHTS = (
+    "a weight vector: the weight of each resource it names (weight is the others'); the "
+    "weighted share is then the policy's with each resource's part divided by its weight "
+    "(drf: the largest of share/weight over the resources); null for one weight for all"
+)
+
 
 class AgentHealth(enum.StrEnum):
     HEALTHY = "healthy"  # connected, heartbeats on time
@@ -113,7 +119,9 @@ class FrameworkSnapshot:
     id: str
     name: str
     role: str
-    weight: float = field(metadata=doc("its role's weight"))
+    weight: float = field(
+        metadata=doc("its role's weight (with resource_weights: for the resources not named there)")
+    )
     connected: bool
     suppressed: bool = field(metadata=doc("it asked for no offers"))
     removing: bool = field(metadata=doc("torn down, waiting for its last tasks to end"))
@@ -144,6 +152,9 @@ class FrameworkSnapshot:
             "empty: each agent's task_user"
         ),
     )
+    resource_weights: Mapping[str, float] | None = field(
+        default=None, metadata=doc(_RESOURCE_WEIGHTS)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,7 +162,9 @@ class RoleSnapshot:
     """One role of the role tree: its settings, allocation and fair shares."""
 
     path: str = field(metadata=doc("'*' or a path like eng/ml"))
-    weight: float
+    weight: float = field(
+        metadata=doc("its weight (with resource_weights: for the resources not named there)")
+    )
     guarantee: Resources
     limit: Mapping[str, float] | None = field(
         metadata=doc("at most this much; null for no limit (an amount of 0 means none at all)")
@@ -173,6 +186,9 @@ class RoleSnapshot:
     )
     active: bool = field(metadata=doc("a framework in or below it wants offers"))
     frameworks: int = field(metadata=doc("frameworks registered in exactly this role"))
+    resource_weights: Mapping[str, float] | None = field(
+        default=None, metadata=doc(_RESOURCE_WEIGHTS)
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,6 +49,13 @@ def fmt_resources(amounts: Amounts | None) -> str:
     return " ".join(f"{name}:{fmt_amount(amounts[name])}" for name in _ordered(amounts))
 
 
+def fmt_weight(weight: float, resource_weights: Mapping[str, float] | None) -> str:
+    """`3`, or a weight vector: `cpus:2 mem:1 others:1`."""
+    if not resource_weights:
+        return fmt_amount(weight)
+    return f"{fmt_resources(resource_weights)} others:{fmt_amount(weight)}"
+
+
 def fmt_share(share: float) -> str:
     return f"{share:.3f}"
 
@@ -147,7 +154,7 @@ def render_frameworks(state: ClusterSnapshot) -> Table:
             f.id,
             f.name,
             f.role,
-            fmt_amount(f.weight),
+            fmt_weight(f.weight, f.resource_weights),
             fmt_share(f.dominant_share),
             str(f.running_tasks),
             fmt_resources(f.used),
@@ -229,7 +236,8 @@ def _used_of(agent: AgentSnapshot, name: str) -> str:
 def render_roles(state: ClusterSnapshot) -> Table:
     """The role tree, one line per resource: allocation against guarantee, limit and fair shares.
 
-    Roles are indented under their parent. `share` is the role's share under the
+    Roles are indented under their parent; a weight vector shows each resource's
+    weight on that resource's line. `share` is the role's share under the
     master's policy divided by its weight (what the allocator orders by); the
     steady fair share divides the cluster among all roles, the instantaneous one
     among the active roles (a framework in or below them wants offers).
@@ -245,10 +253,13 @@ def render_roles(state: ClusterSnapshot) -> Table:
         table.add_column(header, justify="right")
     cluster = state.cluster.total
     for r in state.roles:
-        # The cluster's resources, and any other the role is guaranteed or limited in.
-        names = _ordered([*cluster, *r.guarantee, *(r.limit or {})]) or ["-"]
+        # The cluster's resources, and any other the role is guaranteed, limited or weighted in.
+        named = [*r.guarantee, *(r.limit or {}), *(r.resource_weights or {})]
+        names = _ordered([*cluster, *named]) or ["-"]
         columns: list[list[str]] = [[] for _ in range(6)]
+        weights = []
         for name in names:
+            weights.append(fmt_amount((r.resource_weights or {}).get(name, r.weight)))
             columns[0].append(name)
             columns[1].append(_cell(r.allocated, name))
             columns[2].append(_cell(r.guarantee, name))
@@ -257,7 +268,7 @@ def render_roles(state: ClusterSnapshot) -> Table:
             columns[5].append(_cell(r.instantaneous_fair_share, name))
         table.add_row(
             _role_label(r.path),
-            fmt_amount(r.weight),
+            "\n".join(weights) if r.resource_weights else fmt_amount(r.weight),
             Text("active", style="green") if r.active else Text("idle", style="dim"),
             fmt_share(r.weighted_share),
             str(r.frameworks),

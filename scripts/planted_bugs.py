@@ -52,6 +52,18 @@ USER_TESTS = (
     "test_a_task_of_one_team_cannot_read_another_teams_output_or_environment",
     "tests/test_registry.py",
 )
+PAPER_TESTS = ("tests/test_ceei.py", "tests/test_policy_properties.py")
+# Weight vectors (issue 14): the unit tests of each layer, the property tests and
+# the end-to-end test over real gRPC.
+WEIGHT_TESTS = (
+    "tests/test_policies.py",
+    "tests/test_role_tree.py",
+    "tests/test_fair_share.py",
+    "tests/test_roles_config.py",
+    "tests/test_fairness_properties.py",
+    "tests/test_read_model.py",
+    "tests/test_roles_cluster.py",
+)
 
 BUGS = [
     Bug(
@@ -100,7 +112,7 @@ BUGS = [
     Bug(
         "weights ignored in the role order",
         "master/role_tree.py",
-        "            self._weighted(role.allocation, role.weight),",
+        "            self._weighted(role),",
         "            self.policy.share(role.allocation, self._total),",
     ),
     Bug(
@@ -132,6 +144,129 @@ BUGS = [
         "master/role_tree.py",
         "        self._reposition_role(role)\n\n    def unconfigure_role",
         "        pass\n\n    def unconfigure_role",
+    ),
+    # Weight vectors (issue 14).
+    Bug(
+        "weight vector: DRF divides a share by another resource's weight",
+        "master/policies/drf.py",
+        "fraction = divided(amount / available, resource_weights.get(name, weight))",
+        'fraction = divided(amount / available, resource_weights.get({"cpus": "mem"}'
+        '.get(name, "cpus"), weight))',
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: a share is multiplied by its weight",
+        "master/policies/base.py",
+        "return fraction / weight if weight > 0 else INFINITE",
+        "return fraction * weight if weight > 0 else INFINITE",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: DRF weighs unnamed resources 0",
+        "master/policies/drf.py",
+        "fraction = divided(amount / available, resource_weights.get(name, weight))",
+        "fraction = divided(amount / available, resource_weights.get(name, 0.0))",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: asset fairness weighs unnamed resources 0",
+        "master/policies/asset.py",
+        "divided(amount / cluster[name], resource_weights.get(name, weight))",
+        "divided(amount / cluster[name], resource_weights.get(name, 0.0))",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: slots weigh unnamed resources 1 whatever the weight",
+        "master/policies/slots.py",
+        "divided(needed / capacity, resource_weights.get(name, weight))",
+        "divided(needed / capacity, resource_weights.get(name, 1.0))",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: ignored, the scalar weight only",
+        "master/policies/base.py",
+        "    if resource_weights:\n",
+        "    if False:\n",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: not kept by the role tree",
+        "master/role_tree.py",
+        "role.resource_weights = dict(resource_weights) if resource_weights else None",
+        "role.resource_weights = None",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the roles file's table leaves unnamed resources at 0",
+        "master/role_config.py",
+        "        return 1.0, MappingProxyType(weights)",
+        "        return 0.0, MappingProxyType(weights)",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the master does not pass the roles file's table on",
+        "master/role_settings.py",
+        "spec.weight, guarantee, limit, dict(spec.resource_weights) or None",
+        "spec.weight, guarantee, limit, None",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: fair shares ignore it",
+        "master/fair_share.py",
+        "        if vectors:\n",
+        "        if False:\n",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: fair shares use another resource's weight",
+        "master/fair_share.py",
+        "[i._resource_parts.get(name, i._weight_parts) for i in inputs]",
+        '[i._resource_parts.get({"cpus": "mem"}.get(name, "cpus"), i._weight_parts)'
+        " for i in inputs]",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: fair shares weigh unnamed resources 0",
+        "master/fair_share.py",
+        "[i._resource_parts.get(name, i._weight_parts) for i in inputs]",
+        "[i._resource_parts.get(name, (0, 0)) for i in inputs]",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: /state leaves it out",
+        "master/read_model.py",
+        "                resource_weights=tree.role_resource_weights(path),",
+        "                resource_weights=None,",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the exact reference multiplies by the weight",
+        "mesolite/lab/drf_reference.py",
+        "return {r: share / named.get(r, weight) for r, share in unit.items()}",
+        "return {r: share * named.get(r, weight) for r, share in unit.items()}",
+        ("tests/test_drf_reference.py", "tests/test_roles_cluster.py"),
+    ),
+    # CEEI and the properties table (issue 14).
+    Bug(
+        "CEEI: incomes ignored",
+        "mesolite/lab/ceei.py",
+        "    budget = budget / budget.sum()",
+        "    budget = np.full(len(budget), 1 / len(budget))",
+        PAPER_TESTS,
+    ),
+    Bug(
+        "properties: sharing incentive measured on the whole cluster",
+        "mesolite/lab/fairness_properties.py",
+        "alone = min(Fraction(case.capacity[r], n * x) for r, x in d.items() if x)",
+        "alone = min(Fraction(case.capacity[r], x) for r, x in d.items() if x)",
+        PAPER_TESTS,
+    ),
+    Bug(
+        "properties: envy counted only beyond a whole task",
+        "mesolite/lab/fairness_properties.py",
+        "if envied - allowance > out.tasks[i]:",
+        "if envied - allowance > out.tasks[i] + 1:",
+        PAPER_TESTS,
     ),
     # Isolation (issue 12): each against the tests on this machine's cgroups.
     Bug(

@@ -35,6 +35,13 @@
     return String(Math.round(x * 100) / 100);
   }
 
+  // A weight: one number, or a weight vector (one per resource it names; others weigh `weight`).
+  function fmtWeight(weight, resourceWeights) {
+    const named = Object.entries(resourceWeights || {}).sort(([a], [b]) => a.localeCompare(b));
+    if (!named.length) return trim(weight);
+    return named.map(([n, w]) => `${n} ${trim(w)}`).join(' · ') + ` · others ${trim(weight)}`;
+  }
+
   function fmtAmount(name, value) {
     return name === 'mem' || name === 'disk' ? fmtMB(value) : trim(value);
   }
@@ -226,8 +233,8 @@
     $('frameworks-count').textContent = list.length ? `${list.length}` : '';
     fillTable('frameworks', list.map((f) => {
       const color = colorOf(f.id, f.name);
-      const shown = [f.id, f.name, f.role, f.weight, f.user, f.allocated, f.dominant_share,
-        f.running_tasks, f.completed_tasks, f.connected, f.suppressed, color];
+      const shown = [f.id, f.name, f.role, f.weight, f.resource_weights, f.user, f.allocated,
+        f.dominant_share, f.running_tasks, f.completed_tasks, f.connected, f.suppressed, color];
       return row(shown, () => {
         const swatch = el('span', { class: 'swatch' });
         swatch.style.background = color;
@@ -235,8 +242,8 @@
         if (f.connected && f.suppressed) status = badge('suppressed', 'info');
         return el('tr', { data: { frameworkId: f.id } },
           el('td', {}, el('div', { class: 'with-swatch' }, swatch, idLine(f.name, f.id, status))),
-          el('td', {}, idLine(f.role,
-            `weight ${trim(f.weight)}` + (f.user ? ` · tasks run as ${f.user}` : ''))),
+          el('td', {}, idLine(f.role, `weight ${fmtWeight(f.weight, f.resource_weights)}`
+            + (f.user ? ` · tasks run as ${f.user}` : ''))),
           el('td', { class: 'res' }, fmtRes(f.allocated)),
           el('td', {}, meter(f.dominant_share, pct(f.dominant_share), null, color)),
           el('td', { class: 'num' }, idLine(`${f.running_tasks}`, `${f.completed_tasks} ended`)));
@@ -302,7 +309,7 @@
         `steady fair share ${pct(steady)} (dominant shares of the cluster)`;
       return el('tr', { data: { role: r.path }, class: r.active ? '' : 'idle' },
         el('td', { title: r.path }, name),
-        el('td', { class: 'num' }, trim(r.weight)),
+        el('td', { class: 'num' }, fmtWeight(r.weight, r.resource_weights)),
         el('td', { class: 'num' }, `${r.frameworks}`),
         el('td', { class: 'res' }, fmtRes(r.allocated)),
         el('td', { class: 'res' }, fmtRes(r.steady_fair_share)),

@@ -13,6 +13,7 @@ from mesolite import tls_options
 from mesolite.agent.gc_policy import GcConfig
 from mesolite.agent.isolation import MODES as ISOLATION_MODES
 from mesolite.agent.isolation import IsolationConfig
+from mesolite.cli._paper import add_paper_commands
 from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
@@ -514,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a job keeps an offer too small for a task (default 2; 0: decline)",
     )
     e.add_argument("--seed", type=int, default=1)
+    add_paper_commands(xs)
 
     for name, view in VIEWS.items():
         s = sub.add_parser(name, help=view.help)

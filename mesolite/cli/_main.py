@@ -17,6 +17,8 @@ from mesolite import http_serving, logs, tls_options
 from mesolite.cli._args import build_parser, gc_config, isolation_config
 from mesolite.cli._certs import run_certs
 from mesolite.cli._operator import run_operator
+from mesolite.cli._paper import COMMANDS as PAPER_COMMANDS
+from mesolite.cli._paper import run_paper_command
 from mesolite.cli._views import show
 from mesolite.errors import MesoliteError
 from mesolite.resources import Resources
@@ -260,6 +262,8 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
 
 async def _run_experiment(args: argparse.Namespace) -> int:
+    if args.experiment in PAPER_COMMANDS:
+        return await asyncio.to_thread(run_paper_command, args)
     try:
         import matplotlib  # noqa: F401
     except ImportError:
