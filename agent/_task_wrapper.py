@@ -20,7 +20,8 @@ in RECORDS (the task's records directory, which only the agent can read).
   forwarded to the command, so the SIGTERM, grace, SIGKILL kill path behaves
   the same whoever signals.
 * With ``--ready-fd FD``, once its handlers are installed and the command has
-  been started, it writes the command's pid to FD and closes it. Until then a
+  been started, it writes a line to FD, the command's pid and its own, and closes
+  it. Until then a
   SIGTERM would kill the wrapper before it could record anything, so the agent
   waits for this before it reports TASK_RUNNING or signals the task. End of
   file without a pid means the command could not be started.
@@ -46,6 +47,7 @@ agent shares with it (`kill_cgroup`, `descendants`) live here.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
@@ -137,8 +139,15 @@ def run(
     argv: list[str],
     ready_fd: int | None = None,
     confinement: Confinement | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    recorded: Callable[[], object] | None = None,
 ) -> int:
-    """Run `argv` to its end, record its status in `records`; returns the wrapper's exit code."""
+    """Run `argv` to its end, record its status in `records`; returns the wrapper's exit code.
+
+    `env`: the command's environment (default: the wrapper's). `recorded` is called
+    once ``wrapper.json`` is written, before the command starts.
+    """
     confine = confinement or Confinement()
     forward = _Forwarder()
     for sig in FORWARDED_SIGNALS:
@@ -146,17 +155,19 @@ def run(
     if confine.subreaper:
         _become_subreaper()
     try:
-        write_json_atomically(
-            records / WRAPPER_FILE, {"pid": os.getpid(), "start_time": _own_start_time()}
-        )
+        _record_pid(records / WRAPPER_FILE)
     except OSError as e:
         print(f"mesolite task wrapper: could not record its pid: {e}", file=sys.stderr)
+    if recorded is not None:
+        recorded()
     record: dict[str, Any]
     try:
-        # Inherits stdin, stdout, stderr, the working directory and the environment
-        # from the agent's set-up; caught signals are reset to their defaults by exec.
+        # Inherits stdin, stdout, stderr and the working directory from the agent's
+        # set-up; caught signals are reset to their defaults by exec.
         # preexec_fn is safe here: the wrapper has one thread.
-        child = subprocess.Popen(argv, preexec_fn=confine.enter if confine.in_child else None)
+        child = subprocess.Popen(
+            argv, env=env, preexec_fn=confine.enter if confine.in_child else None
+        )
     except (OSError, subprocess.SubprocessError) as e:
         error = str(e)
         if isinstance(e, subprocess.SubprocessError):
@@ -332,7 +343,8 @@ def _become_subreaper() -> None:
 
 def _tell_ready(fd: int, pid: int) -> None:
     try:
-        os.write(fd, f"{pid}\n".encode())
+        # One write of a short line: whole even on a pipe many wrappers share.
+        os.write(fd, f"{pid} {os.getpid()}\n".encode())
     except OSError:
         pass  # the agent is gone; the task runs on regardless
     finally:
@@ -352,10 +364,19 @@ def _wait(pid: int, forward: _Forwarder) -> int:
     return status
 
 
-def _own_start_time() -> int:
-    """Field 22 of /proc/self/stat: with the pid, names this process unambiguously."""
-    with open("/proc/self/stat", "rb") as f:
+def start_time_of(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat: with the pid, names a process unambiguously."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
         return int(f.read().rsplit(b")", 1)[1].split()[19])
+
+
+def _record_pid(path: Path) -> None:
+    """Write ``wrapper.json`` whole (temporary file, rename), not fsynced: it names this
+    live process, and is of no use after a crash of the machine, which ends the process."""
+    record = {"pid": os.getpid(), "start_time": start_time_of(os.getpid())}
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
 
 
 def parse_args(args: list[str]) -> tuple[Path, int | None, Confinement, list[str]] | None:

@@ -66,6 +66,7 @@ from pathlib import Path
 import structlog
 
 from mesolite.agent._procs import signal_group
+from mesolite.agent._supervisor_client import SupervisorClient
 from mesolite.agent._task_process import TaskProcesses
 from mesolite.agent._task_records import (
     CHECKPOINT_FILE,
@@ -83,12 +84,14 @@ from mesolite.agent._task_records import (
     task_from_checkpoint,
     write_checkpoint,
 )
+from mesolite.agent.errors import AgentError
 from mesolite.agent.isolation import Isolator, UsageMeter
 from mesolite.model import RunningTask, TaskSpec, TaskState, TaskUsage
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_KILL_GRACE_PERIOD = 3.0
+SUPERVISOR_DIR = "supervisor"  # under the work dir: the supervisor's socket and log (0700)
 
 
 class TaskRunner:
@@ -118,11 +121,15 @@ class TaskRunner:
         self._records = self._work_dir / RECORDS_DIR
         self._on_status = on_status
         self.isolator = isolator or Isolator.unconfined()
+        self._supervisor = SupervisorClient(
+            self._work_dir / SUPERVISOR_DIR, self.isolator.supervisor_cgroup
+        )
         self._processes = TaskProcesses(
             self._report,
             shell=shell,
             kill_grace_period=kill_grace_period,
             isolator=self.isolator,
+            supervisor=self._supervisor,
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
         self._ended: dict[tuple[str, str], EndedTask] = {}
@@ -233,6 +240,10 @@ class TaskRunner:
         for t in tasks:
             self._processes.request_kill(t)
         await asyncio.gather(*(t.lifecycle for t in tasks if t.lifecycle), return_exceptions=True)
+        if not self._tasks:
+            # No wrapper is left: the supervisor exits once told no agent is listening.
+            await self._supervisor.stop()
+            await asyncio.to_thread(self.isolator.remove_supervisor_cgroup)
 
     async def recover(self, journaled_ends: Mapping[tuple[str, str], TaskTransition]) -> None:
         """Take back the tasks a previous agent process left in the sandboxes.
@@ -241,6 +252,12 @@ class TaskRunner:
         is still pending in the agent's journal, if any. Call once, before any
         launch. See the module docstring for what happens to each task.
         """
+        # The supervisor a previous agent left, if it runs: it lists the wrappers it
+        # forked, among them any that has not recorded its pid yet.
+        try:
+            await self._supervisor.connect(start=False)
+        except (OSError, AgentError) as e:
+            log.warning("could not reach the supervisor", error=str(e))
         for records, record in await asyncio.to_thread(scan_checkpoints, self._work_dir):
             sandbox = self._sandboxes / records.parent.name / records.name
             try:
@@ -311,7 +328,7 @@ class TaskRunner:
                 final = t.transition(TaskState.FAILED, f"the agent failed to run it: {e}")
         except asyncio.CancelledError:
             # Cancelled from outside, e.g. the loop is closing: leave no process behind.
-            pid = t.process.pid if t.process is not None else t.pid
+            pid = t.pid if t.pid is not None else t.wrapper_pid
             if t.container is not None:
                 t.container.kill(pid if not t.exited.is_set() else None)
                 t.container.clean_up()
