@@ -135,6 +135,11 @@ class TaskRunner:
         self._ended: dict[tuple[str, str], EndedTask] = {}
         self._meter = UsageMeter()
 
+    @property
+    def supervisor_pid(self) -> int | None:
+        """The pid of the supervisor this runner last reached (`agent/_supervisor.py`)."""
+        return self._supervisor.pid
+
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._sandboxes / framework_id / task_id
 
