@@ -33,7 +33,7 @@ import structlog
 
 from mesolite.agent import _task_wrapper
 from mesolite.agent._cgroups import CgroupStats
-from mesolite.agent._checkpoint import read_json
+from mesolite.agent._checkpoint import read_json, write_json_atomically
 from mesolite.agent._procs import (
     find_process,
     is_alive,
@@ -44,10 +44,12 @@ from mesolite.agent._procs import (
 from mesolite.agent._supervisor_client import Spawned, SupervisorClient, SupervisorGone
 from mesolite.agent._task_env import task_environment
 from mesolite.agent._task_records import (
+    CHECKPOINT_FILE,
     EXIT_FILE,
     WRAPPER_FILE,
     TaskRun,
     TaskTransition,
+    checkpoint_record,
     describe_exit,
     off_loop,
     prepare_records,
@@ -140,9 +142,6 @@ class TaskProcesses:
         t.sandbox_ready = True
         t.container = container
         try:
-            # Before the wrapper exists: a restarted agent then knows the run
-            # never got going (and which cgroup it had), rather than finding nothing.
-            await write_checkpoint(t)
             if t.kill_requested:
                 return t.transition(TaskState.KILLED, "killed before it started")
             try:
@@ -173,7 +172,7 @@ class TaskProcesses:
         if command is not None:
             t.started = time.time()
             t.state = t.live_state = TaskState.RUNNING
-            await write_checkpoint(t)
+            await write_checkpoint(t, durable=False)  # its pid: no use after a crash
             log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
             self._report(t.transition(TaskState.RUNNING))
             if t.kill_requested:
@@ -209,13 +208,23 @@ class TaskProcesses:
         except OSError as e:
             raise _SetUpFailed(f"could not create the sandbox: {e}", sandbox_ready=False) from e
         try:
-            return stdout, stderr, self._isolator.create(t.run_id, t.spec.resources, user)
+            container = self._isolator.create(t.run_id, t.spec.resources, user)
         except OSError as e:
             stdout.close()
             stderr.close()
             log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
             why = f"could not set up the task's cgroup: {e}"
             raise _SetUpFailed(why, sandbox_ready=True) from e
+        # Before the wrapper exists: a restarted agent then knows the run never got
+        # going (and which cgroup it had), rather than finding nothing. Written here,
+        # without `write_checkpoint`'s lock: until the run has a pid nothing else writes.
+        try:
+            write_json_atomically(
+                t.records / CHECKPOINT_FILE, checkpoint_record(t, None, container)
+            )
+        except OSError as e:
+            log.warning("could not write checkpoint", task_id=t.spec.task_id, error=str(e))
+        return stdout, stderr, container
 
     async def _watch(self, t: TaskRun, *, adopting: bool = False) -> TaskTransition:
         """A recovered task (or, `adopting`, one whose supervisor went away as it

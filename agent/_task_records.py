@@ -200,7 +200,11 @@ def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], I
     return files[0], files[1]
 
 
-def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any]:
+def checkpoint_record(
+    t: TaskRun, final: TaskTransition | None, container: Container | None = None
+) -> dict[str, Any]:
+    """`t` as its `task.json` holds it (with `container`, if given, as its container)."""
+    container = container or t.container
     record: dict[str, Any] = {
         "framework_id": t.framework_id,
         "task": {
@@ -219,8 +223,8 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
         "state": t.state.value,
         "killing": t.kill_requested,
     }
-    if t.container is not None:
-        record["container"] = t.container.record()
+    if container is not None:
+        record["container"] = container.record()
     if final is not None:
         record.update(
             state=final.state.value,
@@ -246,14 +250,19 @@ async def off_loop(fn: Callable[..., R], *args: Any) -> R:
     return await asyncio.get_running_loop().run_in_executor(_io, context.run, fn, *args)
 
 
-async def write_checkpoint(t: TaskRun, final: TaskTransition | None = None) -> None:
-    """Write the run's `task.json` as of now (with `final`, as ended)."""
+async def write_checkpoint(
+    t: TaskRun, final: TaskTransition | None = None, *, durable: bool = True
+) -> None:
+    """Write the run's `task.json` as of now (with `final`, as ended). Not `durable`:
+    whole but not fsynced, for what only matters while the task's processes live (its
+    pid), which a crash of the machine ends too."""
     # One writer at a time per task, each writing the state as of its turn,
     # so an older view can never land after a newer one.
     async with t.checkpoint_lock:
         record = checkpoint_record(t, final)
+        write = write_json_atomically if durable else _task_wrapper.write_json_whole
         try:
-            await off_loop(write_json_atomically, t.records / CHECKPOINT_FILE, record)
+            await off_loop(write, t.records / CHECKPOINT_FILE, record)
         except OSError as e:
             # The task itself is unaffected; only recovery would know less.
             log.warning(

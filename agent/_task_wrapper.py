@@ -53,6 +53,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -220,16 +221,21 @@ def kill_cgroup(cgroups: Sequence[Path], *, timeout: float = _KILL_TIMEOUT) -> b
     kills every process that existed when it read the list). Blocking: at most
     `timeout` seconds.
     """
-    for cgroup in cgroups:
-        with contextlib.suppress(OSError):
-            (cgroup / "cgroup.kill").write_text("1")
-    freeze = _freezer(cgroups)
+    freeze: Callable[[], contextlib.AbstractContextManager[None]] | None = None
     deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
         pids = cgroup_pids(cgroups)
         if not pids:
             return True
+        if freeze is None:
+            # Processes are left (an empty cgroup, the common case, costs one read):
+            # the kernel's way first, where it has one, then rounds of signals.
+            for cgroup in cgroups:
+                with contextlib.suppress(OSError):
+                    (cgroup / "cgroup.kill").write_text("1")
+            freeze = _freezer(cgroups)
+            continue
         if time.monotonic() > deadline:
             return False
         with freeze():
@@ -371,10 +377,15 @@ def start_time_of(pid: int) -> int:
 
 
 def _record_pid(path: Path) -> None:
-    """Write ``wrapper.json`` whole (temporary file, rename), not fsynced: it names this
-    live process, and is of no use after a crash of the machine, which ends the process."""
-    record = {"pid": os.getpid(), "start_time": start_time_of(os.getpid())}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    """Write ``wrapper.json``, not fsynced: it names this live process, and is of no use
+    after a crash of the machine, which ends the process."""
+    write_json_whole(path, {"pid": os.getpid(), "start_time": start_time_of(os.getpid())})
+
+
+def write_json_whole(path: Path, record: dict[str, Any]) -> None:
+    """Replace `path` whole (temporary file, rename), without fsync: a process that dies
+    leaves the old or the new file, a machine that crashes may leave either, or none."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     tmp.write_text(json.dumps(record) + "\n")
     os.replace(tmp, path)
 

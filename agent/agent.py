@@ -76,7 +76,7 @@ from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, TaskSpec, TaskState
-from mesolite.resources import EMPTY, Resources
+from mesolite.resources import Resources
 from mesolite.v1 import agent_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -485,7 +485,7 @@ class Agent:
                 framework_id, task.task_id, TaskState.FAILED, "the agent is stopping"
             )
             return
-        used = sum((t.task.resources for t in self._runner.running_tasks()), EMPTY)
+        used = self._runner.used()
         if not self._total.contains(used + task.resources):
             reason = (
                 f"insufficient resources on agent: task needs {task.resources}, "
@@ -494,7 +494,8 @@ class Agent:
             bound.warning("launch refused", reason=reason)
             self._reporter.report(framework_id, task.task_id, TaskState.FAILED, reason)
             return
-        bound.info("launching task", resources=str(task.resources), user=user or None)
+        # At debug: the task runner logs the task starting, with its resources.
+        bound.debug("launching task", resources=str(task.resources), user=user or None)
         self._runner.launch(framework_id, task, user)
 
 

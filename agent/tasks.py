@@ -87,6 +87,7 @@ from mesolite.agent._task_records import (
 from mesolite.agent.errors import AgentError
 from mesolite.agent.isolation import Isolator, UsageMeter
 from mesolite.model import RunningTask, TaskSpec, TaskState, TaskUsage
+from mesolite.resources import EMPTY, Resources
 
 log = structlog.get_logger(__name__)
 
@@ -132,6 +133,7 @@ class TaskRunner:
             supervisor=self._supervisor,
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
+        self._used = EMPTY  # what the tasks in `_tasks` were given, kept as they come and go
         self._ended: dict[tuple[str, str], EndedTask] = {}
         self._meter = UsageMeter()
 
@@ -150,6 +152,10 @@ class TaskRunner:
     def is_active(self, framework_id: str, task_id: str) -> bool:
         """True from launch until the terminal transition has been reported."""
         return (framework_id, task_id) in self._tasks
+
+    def used(self) -> Resources:
+        """What the tasks not yet ended were given, in O(1)."""
+        return self._used
 
     def running_tasks(self) -> list[RunningTask]:
         """Tasks not yet in a terminal state, with their current state."""
@@ -209,11 +215,12 @@ class TaskRunner:
         )
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
-        self._tasks[key] = t
+        self._add(t)
         bound.info(
             "task starting",
             sandbox=str(t.sandbox),
             command=task.command,
+            resources=str(task.resources),
             run_id=t.run_id,
             user=user or None,
         )
@@ -286,7 +293,7 @@ class TaskRunner:
                     t.state = end.state
                     await write_checkpoint(t, end)
                 continue  # its cgroup, if the agent died before removing it: an orphan below
-            self._tasks[t.key] = t
+            self._add(t)
             log.info(
                 "task recovered",
                 framework_id=t.framework_id,
@@ -339,15 +346,24 @@ class TaskRunner:
                 t.container.clean_up()
             elif pid is not None and not t.exited.is_set():
                 signal_group(pid, signal.SIGKILL)
-            self._tasks.pop(t.key, None)
+            self._remove(t)
             raise
         finally:
             if t.escalation is not None:
                 t.escalation.cancel()
         await self._finish(t, final)
 
+    def _add(self, t: TaskRun) -> None:
+        self._tasks[t.key] = t
+        self._used = self._used + t.spec.resources
+
+    def _remove(self, t: TaskRun) -> None:
+        if self._tasks.get(t.key) is t:
+            del self._tasks[t.key]
+            self._used = self._used - t.spec.resources
+
     async def _finish(self, t: TaskRun, final: TaskTransition) -> None:
-        self._tasks.pop(t.key, None)
+        self._remove(t)
         self._ended[t.key] = EndedTask(
             RunningTask(t.framework_id, t.spec, final.state), t.run_id, asyncio.current_task()
         )

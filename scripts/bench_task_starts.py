@@ -58,9 +58,20 @@ def quantiles(values: list[float]) -> str:
     return f"{statistics.median(ms):.1f} / {statistics.quantiles(ms, n=10)[-1]:.1f}"
 
 
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
+def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
+
+
+def children_cpu(runner: TaskRunner) -> float:
+    """CPU seconds of the task wrappers and their commands so far: with a supervisor,
+    its own and its reaped descendants'; without (wrappers are the agent's children),
+    this process's reaped children's."""
+    supervisor = getattr(runner, "supervisor_pid", None)
+    if supervisor is None:
+        return cpu_seconds(resource.RUSAGE_CHILDREN)
+    fields = Path(f"/proc/{supervisor}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
 async def bench_runner(args: argparse.Namespace) -> int:
@@ -80,7 +91,8 @@ async def bench_runner(args: argparse.Namespace) -> int:
             timings.done.clear()
             await timings.done.wait()
         ids = [f"t{i}" for i in range(args.tasks)]
-        cpu_before, started = cpu_seconds(), time.perf_counter()
+        cpu_before, children_before = cpu_seconds(), children_cpu(runner)
+        started = time.perf_counter()
         for i, task_id in enumerate(ids):
             while i - len(timings.ended) + 1 >= args.window:
                 timings.done.clear()
@@ -92,6 +104,7 @@ async def bench_runner(args: argparse.Namespace) -> int:
             await timings.done.wait()
         wall = time.perf_counter() - started
         cpu = cpu_seconds() - cpu_before
+        children = children_cpu(runner) - children_before
         bad = sum(timings.states[i] is not TaskState.FINISHED for i in ids)
         to_running = [timings.running[i] - timings.launched[i] for i in ids if i in timings.running]
         to_end = [timings.ended[i] - timings.launched[i] for i in ids]
@@ -104,6 +117,10 @@ async def bench_runner(args: argparse.Namespace) -> int:
         print(f"  launch to RUNNING, ms        {quantiles(to_running)}")
         print(f"  launch to end reported, ms   {quantiles(to_end)}")
         print(f"  agent CPU per task, ms       {cpu / args.tasks * 1000:8.2f}")
+        print(
+            f"  wrappers' and commands' CPU  {children / args.tasks * 1000:8.2f}"
+            "   (with the supervisor's, if any)"
+        )
         if bad:
             print(f"  {bad} tasks did not finish")
             return 1
