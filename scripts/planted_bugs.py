@@ -250,6 +250,13 @@ BUGS = [
         SUPERVISOR_TESTS,
     ),
     Bug(
+        "supervisor: runs in the agent's own cgroup",
+        "agent/tasks.py",
+        "self._work_dir / SUPERVISOR_DIR, self.isolator.supervisor_cgroup",
+        "self._work_dir / SUPERVISOR_DIR, list",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
         "supervisor: an agent restarted after SIGKILL starts a new supervisor",
         "agent/tasks.py",
         "            await self._supervisor.connect(start=False)",

@@ -15,6 +15,7 @@ import struct
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,15 @@ from typing import Any
 import pytest
 
 from mesolite.agent import _supervisor
+from mesolite.agent._cgroups import scope_name
 from mesolite.agent._procs import process_start_time
+from mesolite.agent.isolation import SUPERVISOR_CGROUP, IsolationConfig, Isolator
 from mesolite.agent.tasks import SUPERVISOR_DIR, TaskRunner
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
+from tests.support.cgroups import leftover, remove_tree
 from tests.test_agent_tasks import Recorder
+from tests.test_isolation import CGROUPS
 from tests.waiting import wait_for_condition, within
 
 FW = "fw-1"
@@ -345,3 +350,32 @@ def test_frames_are_cut_whole_whatever_the_reads() -> None:
     assert got == [{"op": "a"}, {"op": "b", "x": [1, 2]}]
     with pytest.raises(_supervisor.FrameError):
         _supervisor.encode({"op": "big", "x": "y" * _supervisor.MAX_FRAME})
+
+
+@pytest.mark.skipif(not CGROUPS, reason="the agent cannot create cgroups here")
+async def test_the_supervisor_runs_in_its_own_session_and_cgroup(
+    work_dir: Path, recorder: Recorder
+) -> None:
+    root = f"mesolite-test-sup-{uuid.uuid4().hex[:10]}"
+    isolator = Isolator(IsolationConfig(cgroups_root=root), work_dir, announce=False)
+    runner = TaskRunner(work_dir, recorder, isolator=isolator)
+    try:
+        runner.launch(FW, spec("t", "sleep 30"))
+        await recorder.wait_state("t", TaskState.RUNNING)
+        supervisor = runner.supervisor_pid
+        assert supervisor is not None
+        assert os.getsid(supervisor) == supervisor != os.getsid(0)
+        cgroups = Path(f"/proc/{supervisor}/cgroup").read_text()
+        ours = Path("/proc/self/cgroup").read_text()
+        expected = f"/{root}/{scope_name(work_dir)}/{SUPERVISOR_CGROUP}"
+        memory = [line for line in cgroups.splitlines() if "memory" in line.split(":")[1]]
+        assert memory and memory[0].endswith(expected), cgroups
+        assert expected not in ours
+        await runner.shutdown()
+        # Gone with the last task, and its cgroup with it: only the agent's scope is left.
+        await wait_for_condition(lambda: not alive(supervisor), what="the supervisor to exit")
+        assert {p.name for p in leftover(root)} <= {root, scope_name(work_dir)}
+    finally:
+        await runner.shutdown()
+        runner.close()
+        remove_tree(root)
