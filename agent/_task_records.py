@@ -237,10 +237,11 @@ def checkpoint_record(
     return record
 
 
-# Per-task file work (sandboxes, cgroups, fsynced checkpoints) waits on the disk far more
-# than it computes: more threads than the default executor's few keep hundreds of task
-# starts a second from queueing behind each other's fsyncs.
-_IO_THREADS = 32
+# Per-task file work (sandboxes, cgroups, fsynced checkpoints), on threads of its own so
+# that it never queues behind the rest of the agent's blocking calls. Eight: more wait on
+# fsyncs together no faster here, and cost CPU in switching (32 doubled the agent's CPU
+# per task for the same tasks per second, scripts/bench_task_starts.py).
+_IO_THREADS = 8
 _io = ThreadPoolExecutor(max_workers=_IO_THREADS, thread_name_prefix="mesolite-task-io")
 
 
