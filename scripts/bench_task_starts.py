@@ -45,7 +45,7 @@ from bench_isolation import Timings, remove_cgroups  # this directory's
 
 from mesolite import logs
 from mesolite.agent.isolation import IsolationConfig, Isolator
-from mesolite.agent.tasks import TaskRunner
+from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
 
@@ -76,10 +76,23 @@ def children_cpu(runner: TaskRunner) -> tuple[float, float]:
     return own / tick, reaped / tick
 
 
+class Ends(Timings):
+    """`Timings`, and why each task that did not finish ended as it did."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.why: dict[str, str] = {}
+
+    def __call__(self, t: TaskTransition) -> None:
+        super().__call__(t)
+        if t.state.is_terminal and t.state is not TaskState.FINISHED:
+            self.why[t.task_id] = f"{t.state.value}: {t.message}"
+
+
 async def bench_runner(args: argparse.Namespace) -> int:
     root = f"mesolite-bench-{uuid.uuid4().hex[:8]}"
     work = Path(tempfile.mkdtemp(prefix="mesolite-bench-"))
-    timings = Timings()
+    timings = Ends()
     isolator = Isolator(
         IsolationConfig(mode=args.isolation, cgroups_root=root), work, announce=False
     )
@@ -93,6 +106,7 @@ async def bench_runner(args: argparse.Namespace) -> int:
             timings.done.clear()
             await timings.done.wait()
         ids = [f"t{i}" for i in range(args.tasks)]
+        usage_before = resource.getrusage(resource.RUSAGE_SELF)
         cpu_before, children_before = cpu_seconds(), children_cpu(runner)
         started = time.perf_counter()
         for i, task_id in enumerate(ids):
@@ -106,6 +120,11 @@ async def bench_runner(args: argparse.Namespace) -> int:
             await timings.done.wait()
         wall = time.perf_counter() - started
         cpu = cpu_seconds() - cpu_before
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        user, system = (
+            usage.ru_utime - usage_before.ru_utime,
+            usage.ru_stime - usage_before.ru_stime,
+        )
         after = children_cpu(runner)
         supervisor, children = (a - b for a, b in zip(after, children_before, strict=True))
         bad = sum(timings.states[i] is not TaskState.FINISHED for i in ids)
@@ -119,11 +138,14 @@ async def bench_runner(args: argparse.Namespace) -> int:
         print(f"  tasks/s                      {args.tasks / wall:8.1f}   ({wall:.2f} s)")
         print(f"  launch to RUNNING, ms        {quantiles(to_running)}")
         print(f"  launch to end reported, ms   {quantiles(to_end)}")
-        print(f"  agent CPU per task, ms       {cpu / args.tasks * 1000:8.2f}")
+        print(
+            f"  agent CPU per task, ms       {cpu / args.tasks * 1000:8.2f}"
+            f"   (user {user / args.tasks * 1000:.2f}, system {system / args.tasks * 1000:.2f})"
+        )
         print(f"  supervisor CPU per task, ms  {supervisor / args.tasks * 1000:8.2f}")
         print(f"  wrappers and commands, ms    {children / args.tasks * 1000:8.2f}")
         if bad:
-            print(f"  {bad} tasks did not finish")
+            print(f"  {bad} tasks did not finish, e.g. {sorted(set(timings.why.values()))[:3]}")
             return 1
     finally:
         await runner.shutdown()
