@@ -43,6 +43,7 @@ from pathlib import Path
 
 from bench_isolation import Timings, remove_cgroups  # this directory's
 
+import mesolite
 from mesolite import logs
 from mesolite.agent.isolation import IsolationConfig, Isolator
 from mesolite.agent.tasks import TaskRunner, TaskTransition
@@ -190,6 +191,7 @@ async def bench_cluster(args: argparse.Namespace) -> int:
             str(work / "master"),
             stdout=asyncio.subprocess.PIPE,
             stderr=master_log,
+            cwd=work,  # `-m` puts the working directory first on sys.path: not a checkout
         )
         assert master.stdout is not None
         line = await asyncio.wait_for(master.stdout.readline(), 60)
@@ -215,6 +217,7 @@ async def bench_cluster(args: argparse.Namespace) -> int:
                 root,
                 stdout=(agent_dir / "agent.log").open("wb"),
                 stderr=asyncio.subprocess.STDOUT,
+                cwd=work,
             )
         await wait_for_agents(http_port, args.agents)
         spec = BatchSpec(
@@ -292,6 +295,7 @@ def main() -> int:
         p.add_argument("--command", default="true")
     args = parser.parse_args()
     logs.configure(level="warning")
+    print(f"code: {Path(mesolite.__file__).parent.parent}")
     bench = bench_runner if args.part == "runner" else bench_cluster
     return asyncio.run(bench(args))
 
