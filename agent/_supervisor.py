@@ -87,6 +87,7 @@ if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
     _bootstrap()
 
 from mesolite.agent import _task_wrapper
+from mesolite.agent.errors import AgentError
 
 SOCKET_NAME = "socket"
 LOG_NAME = "supervisor.log"
@@ -101,7 +102,7 @@ _FIRST_CONNECTION_TIMEOUT = 30.0
 _PR_SET_PDEATHSIG = 1
 
 
-class FrameError(ValueError):
+class FrameError(AgentError, ValueError):
     """A frame that breaks the protocol: the connection is dropped."""
 
 

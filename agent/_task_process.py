@@ -401,7 +401,7 @@ class TaskProcesses:
                 signal_group(pid, signal.SIGKILL)
 
 
-class _SetUpFailed(Exception):
+class _SetUpFailed(AgentError):
     """A run's sandbox or container could not be set up; the message says which."""
 
     def __init__(self, message: str, *, sandbox_ready: bool) -> None:
