@@ -8,8 +8,9 @@ cannot wait for them and would never learn their exit status. The wrapper can:
 it is the command's parent, outlives the agent, and leaves the status on disk,
 in RECORDS (the task's records directory, which only the agent can read).
 
-* The agent starts the wrapper as the leader of a new session and process
-  group; the command is the wrapper's child in that same group, so a kill of
+* The agent's supervisor (`agent/_supervisor.py`) forks the wrapper and calls `run`
+  in it, as the leader of a new session and process group (it can also be run by
+  path, as above); the command is the wrapper's child in that same group, so a kill of
   the group reaches both.
 * Between fork and exec, the command (not the wrapper) joins each ``--cgroup``
   DIR (the task's cgroup: one directory in cgroup v2, one per hierarchy in v1),
@@ -38,10 +39,10 @@ in RECORDS (the task's records directory, which only the agent can read).
   is on disk by then.
 
 Standard library (and `mesolite.files`, itself standard library only) and no
-asyncio: it starts in tens of milliseconds and depends on nothing the agent
-might break. The agent runs it by path with ``python -I`` so that importing it
-does not import the agent's package; for the same reason the few primitives the
-agent shares with it (`kill_cgroup`, `descendants`) live here.
+asyncio: it depends on nothing the agent might break, and the supervisor, which
+imports it without the agent's package (grpc and all), stays small to fork; for the
+same reason the few primitives the agent shares with it (`kill_cgroup`,
+`descendants`) live here.
 """
 
 from __future__ import annotations

@@ -34,9 +34,13 @@ Everything it needs is in its work dir (0711: tasks pass through it, none lists 
                              directories tasks may pass but not list (`agent.tasks`)
     meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
                              the agent's records of each task, 0700 (`agent.tasks`)
+    supervisor/{socket,supervisor.log}
+                             the supervisor that forks task wrappers and outlives the
+                             agent (`agent._supervisor`), 0700, its socket 0600
 
 Each update is journaled (fsynced) before it is first sent. A task outlives
-the agent under its wrapper process, which records the command's exit status.
+the agent under its wrapper process, which records the command's exit status,
+forked by the agent's supervisor, which outlives the agent too.
 On start, before registering, the agent reads its id back, replays the journal
 and recovers its tasks (re-attaching to those still running, reporting how the
 others ended), then registers under the old id with the tasks it runs plus

@@ -11,6 +11,8 @@ how it ended) is `agent/_task_process.py`'s.
         task.json        the agent's checkpoint of the task (below)
         exit.json        written by the wrapper when the command ends
         wrapper.json     the wrapper's pid, written by the wrapper as it starts
+    <work_dir>/supervisor/                          (0700, the agent's only)
+        socket, supervisor.log    the supervisor that forks wrappers (`agent/_supervisor.py`)
 
 How a task is contained (its cgroup and limits, its user, its environment) is
 `agent/isolation.py`'s; the `Isolator` the runner is given decides.
