@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import structlog
 
@@ -36,6 +38,7 @@ from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 
 log = structlog.get_logger(__name__)
+R = TypeVar("R")
 
 CHECKPOINT_FILE = "task.json"
 RECORDS_DIR = "meta"  # under the work dir, beside "sandboxes"
@@ -79,8 +82,8 @@ class TaskRun:
     user: str = ""  # its framework's user, as the launch named it ("": the task user)
     state: TaskState = TaskState.STARTING
     live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
-    process: asyncio.subprocess.Process | None = None  # only when this agent started it
-    pid: int | None = None  # the wrapper's, which is also the process group id
+    wrapper_pid: int | None = None  # as soon as this agent's supervisor forked it
+    pid: int | None = None  # the wrapper's (also its group's), once a kill may signal it
     start_time: int | None = None  # the wrapper's, in clock ticks since boot
     started: float = 0.0
     kill_requested: bool = False
@@ -197,7 +200,11 @@ def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], I
     return files[0], files[1]
 
 
-def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any]:
+def checkpoint_record(
+    t: TaskRun, final: TaskTransition | None, container: Container | None = None
+) -> dict[str, Any]:
+    """`t` as its `task.json` holds it (with `container`, if given, as its container)."""
+    container = container or t.container
     record: dict[str, Any] = {
         "framework_id": t.framework_id,
         "task": {
@@ -210,14 +217,14 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
         },
         "run_id": t.run_id,
         "user": t.user,
-        "pid": t.process.pid if t.process is not None else t.pid,
+        "pid": t.pid,
         "pid_start_time": t.start_time,
         "started": t.started,
         "state": t.state.value,
         "killing": t.kill_requested,
     }
-    if t.container is not None:
-        record["container"] = t.container.record()
+    if container is not None:
+        record["container"] = container.record()
     if final is not None:
         record.update(
             state=final.state.value,
@@ -230,14 +237,33 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
     return record
 
 
-async def write_checkpoint(t: TaskRun, final: TaskTransition | None = None) -> None:
-    """Write the run's `task.json` as of now (with `final`, as ended)."""
+# Per-task file work (sandboxes, cgroups, fsynced checkpoints), on threads of its own so
+# that it never queues behind the rest of the agent's blocking calls. Eight: more wait on
+# fsyncs together no faster here, and cost CPU in switching (32 doubled the agent's CPU
+# per task for the same tasks per second, scripts/bench_task_starts.py).
+_IO_THREADS = 8
+_io = ThreadPoolExecutor(max_workers=_IO_THREADS, thread_name_prefix="mesolite-task-io")
+
+
+async def off_loop(fn: Callable[..., R], *args: Any) -> R:
+    """`fn(*args)` on the task I/O threads (as `asyncio.to_thread`, context and all)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_io, context.run, fn, *args)
+
+
+async def write_checkpoint(
+    t: TaskRun, final: TaskTransition | None = None, *, durable: bool = True
+) -> None:
+    """Write the run's `task.json` as of now (with `final`, as ended). Not `durable`:
+    whole but not fsynced, for what only matters while the task's processes live (its
+    pid), which a crash of the machine ends too."""
     # One writer at a time per task, each writing the state as of its turn,
     # so an older view can never land after a newer one.
     async with t.checkpoint_lock:
         record = checkpoint_record(t, final)
+        write = write_json_atomically if durable else _task_wrapper.write_json_whole
         try:
-            await asyncio.to_thread(write_json_atomically, t.records / CHECKPOINT_FILE, record)
+            await off_loop(write, t.records / CHECKPOINT_FILE, record)
         except OSError as e:
             # The task itself is unaffected; only recovery would know less.
             log.warning(

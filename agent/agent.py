@@ -35,12 +35,16 @@ Everything it needs is in its work dir (0711: tasks pass through it, none lists 
     meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
                              the agent's records of each task, 0700 (`agent.tasks`)
     gc-trash/                sandboxes and records being deleted (`agent._sandbox_gc`)
+    supervisor/{socket,supervisor.log}
+                             the supervisor that forks task wrappers and outlives the
+                             agent (`agent._supervisor`), 0700, its socket 0600
 
 The sandboxes and records of ended tasks are removed after `--gc-delay`, sooner as
 the disk fills (`agent/gc_policy.py`), never while the task is live.
 
 Each update is journaled (fsynced) before it is first sent. A task outlives
-the agent under its wrapper process, which records the command's exit status.
+the agent under its wrapper process, which records the command's exit status,
+forked by the agent's supervisor, which outlives the agent too.
 On start, before registering, the agent reads its id back, replays the journal
 and recovers its tasks (re-attaching to those still running, reporting how the
 others ended), then registers under the old id with the tasks it runs plus
@@ -81,7 +85,7 @@ from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, TaskSpec, TaskState
-from mesolite.resources import EMPTY, Resources
+from mesolite.resources import Resources
 from mesolite.v1 import agent_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -497,7 +501,7 @@ class Agent:
                 framework_id, task.task_id, TaskState.FAILED, "the agent is stopping"
             )
             return
-        used = sum((t.task.resources for t in self._runner.running_tasks()), EMPTY)
+        used = self._runner.used()
         if not self._total.contains(used + task.resources):
             reason = (
                 f"insufficient resources on agent: task needs {task.resources}, "
@@ -506,7 +510,8 @@ class Agent:
             bound.warning("launch refused", reason=reason)
             self._reporter.report(framework_id, task.task_id, TaskState.FAILED, reason)
             return
-        bound.info("launching task", resources=str(task.resources), user=user or None)
+        # At debug: the task runner logs the task starting, with its resources.
+        bound.debug("launching task", resources=str(task.resources), user=user or None)
         self._runner.launch(framework_id, task, user)
 
 

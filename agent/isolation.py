@@ -68,6 +68,7 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_TASK_USER = "nobody"
+SUPERVISOR_CGROUP = "supervisor"  # beside the task runs' cgroups, whose names are hex
 _MB = 1024 * 1024
 
 
@@ -373,10 +374,36 @@ class Isolator:
         return Container(self.mode, limits, cgroup, user)
 
     def orphans(self, keep: set[str]) -> list[Cgroup]:
-        """Cgroups in this agent's scope that belong to no run named in `keep`. Blocking."""
+        """Cgroups in this agent's scope that belong to no run named in `keep` (nor to
+        the supervisor). Blocking."""
         if self._cgroups is None:
             return []
-        return [self._cgroups.cgroup(name) for name in sorted(self._cgroups.children() - keep)]
+        names = self._cgroups.children() - keep - {SUPERVISOR_CGROUP}
+        return [self._cgroups.cgroup(name) for name in sorted(names)]
+
+    def supervisor_cgroup(self) -> list[Path]:
+        """The directories of the cgroup the agent's supervisor (and the wrappers it
+        forks) run in, created if need be, without limits: not the agent's, so that
+        what stops the agent's cgroup leaves the tasks alone. None in the fallback.
+        Blocking."""
+        if self._cgroups is None:
+            return []
+        cgroup = self._cgroups.cgroup(SUPERVISOR_CGROUP)
+        for path in cgroup.paths:
+            path.mkdir(exist_ok=True)
+        return cgroup.paths
+
+    def remove_supervisor_cgroup(self) -> None:
+        """Remove the supervisor's cgroup if nothing runs in it (it has exited). Blocking."""
+        if self._cgroups is None:
+            return
+        cgroup = self._cgroups.cgroup(SUPERVISOR_CGROUP)
+        try:
+            cgroup.remove()
+        except OSError as e:
+            log.warning(
+                "the supervisor's cgroup is still in use", cgroup=str(cgroup.paths[0]), error=str(e)
+            )
 
     def remove_orphans(self, keep: set[str]) -> int:
         """Kill and remove `orphans(keep)`; returns how many there were. Blocking."""

@@ -1,7 +1,7 @@
 """Plant known bugs one at a time and check that the tests catch each: the allocator's,
-holes in authentication (TLS_TESTS), in isolation (ISOLATION_TESTS) and in frameworks'
-users (USER_TESTS), and the operators' tools (OPERATOR_BUGS: teardown and kill, history,
-sandbox GC, the CLI).
+holes in authentication (TLS_TESTS), in isolation (ISOLATION_TESTS), in frameworks'
+users (USER_TESTS) and in the agent's supervisor (SUPERVISOR_TESTS), and the operators'
+tools (OPERATOR_BUGS: teardown and kill, history, sandbox GC, the CLI).
 
     python scripts/planted_bugs.py [--only NAME ...] [--tests FILE ...]
 
@@ -46,6 +46,11 @@ FAST_TESTS = (
     "tests/test_allocator_hierarchy.py",
 )
 TLS_TESTS = ("tests/test_tls.py", "tests/test_certs.py")
+SUPERVISOR_TESTS = (
+    "tests/test_agent_supervisor.py",
+    "tests/test_agent_tasks.py",
+    "tests/test_agent_recovery.py",
+)
 USER_TESTS = (
     "tests/test_task_users.py",
     "tests/test_attack_review.py::"
@@ -356,6 +361,43 @@ BUGS = [
         "            ):\n"
         "                task.usage = measured.get(key, task.usage)",
         ISOLATION_TESTS,
+    ),
+    # The supervisor (issue 15): each a way to lose a task's status or to let another
+    # user drive the supervisor.
+    Bug(
+        "supervisor: serves any user who reaches its socket",
+        "agent/_supervisor.py",
+        "        if uid != os.geteuid():\n            self.say(",
+        "        if False:\n            self.say(",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: a wrapper not yet on disk is not looked for in its list",
+        "agent/_task_process.py",
+        "            listed = self._supervisor.wrapper_of(t.records)",
+        "            listed = None",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: its death leaves the agent not waiting for running tasks",
+        "agent/_task_process.py",
+        "            await wait_for_exit(spawned.pid, spawned.start_time)",
+        "            pass",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: runs in the agent's own cgroup",
+        "agent/tasks.py",
+        "self._work_dir / SUPERVISOR_DIR, self.isolator.supervisor_cgroup",
+        "self._work_dir / SUPERVISOR_DIR, list",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: an agent restarted after SIGKILL starts a new supervisor",
+        "agent/tasks.py",
+        "            await self._supervisor.connect(start=False)",
+        "            pass",
+        SUPERVISOR_TESTS,
     ),
     # Authentication (issue 11): each a way in without a principal, or a wrong principal.
     Bug(
