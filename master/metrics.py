@@ -88,6 +88,7 @@ CALL_TYPES = (
     "revive",
     "suppress",
     "teardown",
+    "batch",
     "none",
 )
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator, Callable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from typing import Any, Protocol, TypeVar
 from urllib.parse import unquote
 
 import grpc
@@ -28,6 +28,7 @@ from google.protobuf.message import DecodeError
 from mesolite import convert
 from mesolite.logs import clip
 from mesolite.master import messages as msg
+from mesolite.master import validation
 from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
 from mesolite.master.stream_limits import GrpcStreamLimits
@@ -41,6 +42,60 @@ T = TypeVar("T")
 
 # How far a peer may fall behind in reading its messages before the master drops it.
 OUTBOX_CAPACITY = 10_000
+
+# A peer that asked for batches (Register.batches, Subscribe.batches) gets whatever is
+# waiting in its outbox in one message, up to these bounds: far below any client's
+# receive limit (grpc's default is 4 MiB), and one write never holds a whole backlog.
+# Each message costs the event loop about as much as its handling, so the busier the
+# master, the more each write carries.
+BATCH_EVENTS = 1_000
+BATCH_BYTES = 1 << 20
+
+
+class _Event(Protocol):
+    def ByteSize(self) -> int: ...
+
+
+E = TypeVar("E", bound=_Event)
+M = TypeVar("M")
+
+
+def _events(
+    messages: Sequence[M],
+    convert: Callable[[M], E],
+    batch: Callable[[list[E]], E],
+    batches: bool,
+    alone: type,
+) -> Iterator[E]:
+    """The wire events for `messages`, in order: each alone, or (to a peer that reads
+    batches) runs of them in batch events of at most BATCH_BYTES. A message of type
+    `alone` (Registered, Subscribed: what a peer expects first) is never in a batch."""
+    if not batches or len(messages) == 1:
+        yield from map(convert, messages)
+        return
+    run: list[E] = []
+    size = 0
+    for message in messages:
+        event = convert(message)
+        if isinstance(message, alone):
+            yield from _flushed(run, batch)
+            run, size = [], 0
+            yield event
+            continue
+        n = event.ByteSize()
+        if run and size + n > BATCH_BYTES:
+            yield from _flushed(run, batch)
+            run, size = [], 0
+        run.append(event)
+        size += n
+    yield from _flushed(run, batch)
+
+
+def _flushed(run: list[E], batch: Callable[[list[E]], E]) -> Iterator[E]:
+    if len(run) == 1:
+        yield run[0]
+    elif run:
+        yield batch(run)
 
 
 # Why a stream is refused (INVALID_ARGUMENT) when its peer sends bytes that are not a
@@ -209,12 +264,26 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             def handle(call: scheduler_pb2.Call) -> None:
                 if outbox.closed:
                     return  # replaced by a newer subscription; ignore stale calls
-                self._dispatch(framework_id, call, outbox)
+                if call.WhichOneof("call") != "batch":
+                    self._dispatch(framework_id, call, outbox)
+                elif problem := validation.batch_problem(len(call.batch.calls)):
+                    self._reject(framework_id, call, "batch", problem, outbox)
+                else:
+                    for inner in call.batch.calls:
+                        if outbox.closed:
+                            return
+                        self._dispatch(framework_id, inner, outbox)
 
             reader = _read_into(request_iterator, handle, outbox)
+            batches = first.subscribe.batches
             try:
-                async for message in outbox.drain():
-                    yield _framework_event(message)
+                async for messages in outbox.drain_batches(BATCH_EVENTS):
+                    # What these messages acknowledge is on disk before they go out.
+                    self._master.registry.flush()
+                    for event in _events(
+                        messages, _framework_event, _framework_batch, batches, msg.Subscribed
+                    ):
+                        yield event
             finally:
                 reader.cancel()
                 self._master.disconnect_framework(framework_id, outbox)
@@ -254,19 +323,31 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 master.teardown(framework_id)
             elif kind == "subscribe":
                 raise CallRejected("already subscribed on this stream")
+            elif kind == "batch":
+                raise CallRejected("a batch may not hold a batch")
             else:
                 raise CallRejected("empty call")
         except (CallRejected, InvalidResources, ValueError) as e:
-            master.metrics.call_rejected(kind)
-            reason = clip(str(e), _ERROR_TEXT_LIMIT)
-            log.warning(
-                "call rejected",
-                framework_id=framework_id,
-                call=kind,
-                call_id=clip(call.call_id),
-                reason=reason,
-            )
-            outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
+            self._reject(framework_id, call, kind, str(e), outbox)
+
+    def _reject(
+        self,
+        framework_id: str,
+        call: scheduler_pb2.Call,
+        kind: str | None,
+        why: str,
+        outbox: StreamWriter[msg.FrameworkMessage],
+    ) -> None:
+        self._master.metrics.call_rejected(kind)
+        reason = clip(why, _ERROR_TEXT_LIMIT)
+        log.warning(
+            "call rejected",
+            framework_id=framework_id,
+            call=kind,
+            call_id=clip(call.call_id),
+            reason=reason,
+        )
+        outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
 
 
 def _refuse_seconds(filters: scheduler_pb2.Filters | None) -> float | None:
@@ -281,7 +362,7 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
         case msg.Subscribed(framework_id, interval):
             return E(
                 subscribed=E.Subscribed(
-                    framework_id=framework_id, heartbeat_interval_seconds=interval
+                    framework_id=framework_id, heartbeat_interval_seconds=interval, batches=True
                 )
             )
         case msg.Offers(offers):
@@ -299,6 +380,10 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
         case msg.Reconciled(call_id, tasks):
             return E(reconciled=E.Reconciled(call_id=call_id, tasks=tasks))
     raise TypeError(f"not a framework message: {message!r}")
+
+
+def _framework_batch(events: list[scheduler_pb2.Event]) -> scheduler_pb2.Event:
+    return scheduler_pb2.Event(batch=scheduler_pb2.Event.Batch(events=events))
 
 
 # Agents ----------------------------------------------------------------------
@@ -379,11 +464,18 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 await _refuse(context, e)
                 return
 
-            def handle(call: agent_pb2.AgentCall) -> None:
+            def handle(call: agent_pb2.AgentCall, nested: bool = False) -> None:
                 if outbox.closed:
                     return
                 kind = call.WhichOneof("call")
-                if kind == "heartbeat":
+                if kind == "batch" and not nested:
+                    calls = call.batch.calls
+                    if problem := validation.batch_problem(len(calls)):
+                        log.warning("batch refused", agent_id=agent_id, reason=problem)
+                        return
+                    for inner in calls:
+                        handle(inner, nested=True)
+                elif kind == "heartbeat":
                     try:
                         usage = [convert.usage_from_proto(u) for u in call.heartbeat.usage]
                     except ValueError as e:
@@ -407,9 +499,15 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                     log.warning("unexpected agent call", agent_id=agent_id, call=kind)
 
             reader = _read_into(request_iterator, handle, outbox)
+            batches = reg.batches
             try:
-                async for message in outbox.drain():
-                    yield _agent_event(message)
+                async for messages in outbox.drain_batches(BATCH_EVENTS):
+                    # What these messages acknowledge is on disk before they go out.
+                    self._master.registry.flush()
+                    for event in _events(
+                        messages, _agent_event, _agent_batch, batches, msg.AgentRegistered
+                    ):
+                        yield event
             finally:
                 reader.cancel()
                 self._master.disconnect_agent(agent_id, outbox)
@@ -427,7 +525,9 @@ def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
     match message:
         case msg.AgentRegistered(agent_id, interval):
             return E(
-                registered=E.Registered(agent_id=agent_id, heartbeat_interval_seconds=interval)
+                registered=E.Registered(
+                    agent_id=agent_id, heartbeat_interval_seconds=interval, batches=True
+                )
             )
         case msg.LaunchTask(framework_id, task, user):
             return E(
@@ -444,3 +544,7 @@ def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
                 )
             )
     raise TypeError(f"not an agent message: {message!r}")
+
+
+def _agent_batch(events: list[agent_pb2.AgentEvent]) -> agent_pb2.AgentEvent:
+    return agent_pb2.AgentEvent(batch=agent_pb2.AgentEvent.Batch(events=events))

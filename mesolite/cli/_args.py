@@ -171,7 +171,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=MASTER.agent_timeout,
         metavar="S",
-        help="remove an agent silent for this long",
+        help="remove an agent silent for this long (Mesos: 5 missed pings)",
+    )
+    m.add_argument(
+        "--agent-heartbeat-interval",
+        type=_positive,
+        default=MASTER.agent_heartbeat_interval,
+        metavar="S",
+        help="how often agents heartbeat (the master tells them when they register)",
     )
     m.add_argument(
         "--weights",

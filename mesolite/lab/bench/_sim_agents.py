@@ -1,0 +1,339 @@
+"""Simulated agents: gRPC clients that speak the agent's protocol and run no process.
+
+Each registers on a connection of its own (as a real agent, one per host), heartbeats,
+and answers every launch as the agent does, without starting anything: the task's
+updates STARTING, RUNNING and then (after `task_seconds`) FINISHED, one in flight per
+task, the next sent when the master relays the framework's acknowledgement, each
+carrying the task's latest state (so the master frees the task's resources as soon as
+the first update says it has ended). A kill ends the task KILLED.
+
+One process runs many of them on one event loop (`run`, the process's entry point).
+Registration retries with jittered backoff, like the real agent's; its failures are
+counted by gRPC status, so a storm's refusals show.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from mesolite import grpc_utils
+from mesolite.backoff import Backoff
+from mesolite.errors import MesoliteError
+from mesolite.lab.bench._control import percentiles, serve
+from mesolite.v1 import agent_pb2, agent_pb2_grpc, common_pb2
+
+Call = agent_pb2.AgentCall
+Event = agent_pb2.AgentEvent
+State = common_pb2.TaskState
+
+RECONNECT = Backoff(initial=0.5, maximum=10.0)  # the real agent's (agent/config.py)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentsSpec:
+    master: str
+    first: int  # the index of this process's first agent (host names sim-<index>)
+    count: int
+    resources: dict[str, float]
+    task_seconds: float = 0.0
+    batches: bool = True  # use the batched wire messages if the master offers them
+
+
+@dataclass
+class AgentStats:
+    """What this process's agents did since the last mark."""
+
+    launches: int = 0
+    updates: int = 0
+    acks: int = 0
+    retries: int = 0
+    # Offer latency: a task's end to a launch that reuses its resources on that agent.
+    reuse: list[float] = field(default_factory=list)
+    registered_in: list[float] = field(default_factory=list)  # start to Registered
+    failures: collections.Counter[str] = field(default_factory=collections.Counter)
+
+
+# An update not acknowledged within this is sent again (the real agent backs off from 1 s).
+RETRY_AFTER = 2.0
+
+
+class _Task:
+    __slots__ = ("framework_id", "pending", "sent_at", "task_id")
+
+    def __init__(self, framework_id: str, task_id: str) -> None:
+        self.framework_id = framework_id
+        self.task_id = task_id
+        self.pending: collections.deque[common_pb2.TaskStatus] = collections.deque()
+        self.sent_at = 0.0
+
+
+class SimAgent:
+    def __init__(self, index: int, fleet: Fleet) -> None:
+        self._fleet = fleet
+        self.hostname = f"sim-{index}"
+        self.agent_id = ""
+        self.registered = False
+        self._tasks: dict[tuple[str, str], _Task] = {}
+        self._outbox: list[Call] = []
+        self._wake = asyncio.Event()
+        # When each task's resources were freed, oldest first, until a launch reuses them.
+        self._freed: collections.deque[float] = collections.deque()
+        self._freeing = 0  # ended while handling the current event: freed after it
+        self._batches = False
+
+    async def run(self, started: float) -> None:
+        """Register (retrying as the real agent does), then serve the master's events."""
+        attempt = 0
+        while True:
+            try:
+                await self._session(started)
+                return
+            except grpc.aio.AioRpcError as e:
+                if self.registered:
+                    self._fleet.stats.failures[f"stream ended: {e.code().name}"] += 1
+                    return
+                self._fleet.stats.failures[e.code().name] += 1
+            except _EndedBeforeRegistered as e:
+                self._fleet.stats.failures[str(e)] += 1
+            await asyncio.sleep(RECONNECT.delay(attempt))
+            attempt += 1
+
+    async def _session(self, started: float) -> None:
+        fleet = self._fleet
+        async with grpc_utils.create_channel(fleet.spec.master) as channel:
+            call = agent_pb2_grpc.AgentGatewayStub(channel).Connect()
+            register = Call.Register(
+                hostname=self.hostname,
+                total=common_pb2.Resources(scalars=fleet.spec.resources),
+                isolation="simulated",
+                batches=fleet.spec.batches,
+            )
+            await call.write(Call(register=register))
+            first = await call.read()
+            if first is grpc.aio.EOF:
+                code = await call.code()
+                if code is not grpc.StatusCode.OK:
+                    raise grpc.aio.AioRpcError(
+                        code, grpc.aio.Metadata(), grpc.aio.Metadata(), await call.details()
+                    )
+                raise _EndedBeforeRegistered("ended before Registered")
+            if first.WhichOneof("event") != "registered":
+                raise _EndedBeforeRegistered(f"first event {first.WhichOneof('event')}")
+            self.agent_id = first.registered.agent_id
+            # A master that does not know batches leaves `batches` unset: none are sent.
+            self._batches = fleet.spec.batches and first.registered.batches
+            self.registered = True
+            fleet.stats.registered_in.append(time.monotonic() - started)
+            fleet.registered += 1
+            interval = first.registered.heartbeat_interval_seconds or 1.0
+            writer = asyncio.create_task(self._write(call))
+            heartbeats = asyncio.create_task(self._heartbeats(interval))
+            try:
+                while (event := await call.read()) is not grpc.aio.EOF:
+                    self._handle(event)
+                    if self._freeing:  # not reusable by launches of the same event
+                        self._freed.extend([time.monotonic()] * self._freeing)
+                        self._freeing = 0
+            finally:
+                heartbeats.cancel()
+                writer.cancel()
+                self.registered = False
+                fleet.registered -= 1
+
+    def send(self, message: Call) -> None:
+        self._outbox.append(message)
+        self._wake.set()
+
+    async def _write(self, call: Any) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            messages, self._outbox = self._outbox, []
+            for message in _batched(messages, self._batches):
+                await call.write(message)
+
+    async def _heartbeats(self, interval: float) -> None:
+        await asyncio.sleep(random.random() * interval)  # spread over the interval
+        while True:
+            self.send(Call(heartbeat=Call.Heartbeat()))
+            await asyncio.sleep(interval)
+
+    def _handle(self, event: Event) -> None:
+        kind = event.WhichOneof("event")
+        if kind == "launch_task":
+            self._launch(event.launch_task)
+        elif kind == "acknowledge":
+            self._acknowledged(event.acknowledge)
+        elif kind == "kill_task":
+            self._kill(event.kill_task)
+        elif kind == "batch":
+            for inner in event.batch.events:
+                self._handle(inner)
+
+    def _launch(self, launch: Event.LaunchTask) -> None:
+        fleet = self._fleet
+        now = time.monotonic()
+        fleet.stats.launches += 1
+        if self._freed:
+            fleet.stats.reuse.append(now - self._freed.popleft())
+        task = _Task(launch.framework_id, launch.task.task_id)
+        self._tasks[(task.framework_id, task.task_id)] = task
+        task.pending.append(self._status(task, State.TASK_STARTING))
+        task.pending.append(self._status(task, State.TASK_RUNNING))
+        if fleet.spec.task_seconds > 0:
+            asyncio.get_running_loop().call_later(
+                fleet.spec.task_seconds, self._end, task, State.TASK_FINISHED
+            )
+        else:
+            self._end(task, State.TASK_FINISHED, send=False)
+        self._send_head(task)
+
+    def _end(self, task: _Task, state: int, send: bool = True) -> None:
+        """The task ended: its end joins its updates, and its resources are free."""
+        task.pending.append(self._status(task, state))
+        if not send:  # ended as it was launched, while its event is handled
+            self._freeing += 1
+            return
+        self._freed.append(time.monotonic())
+        if len(task.pending) == 1:  # nothing in flight: send it now
+            self._send_head(task)
+
+    def _kill(self, kill: Event.KillTask) -> None:
+        task = self._tasks.get((kill.framework_id, kill.task_id))
+        if task is not None and not any(_terminal(s.state) for s in task.pending):
+            self._end(task, State.TASK_KILLED)
+
+    def _acknowledged(self, ack: Event.Acknowledge) -> None:
+        key = (ack.framework_id, ack.task_id)
+        task = self._tasks.get(key)
+        if task is None or not task.pending or task.pending[0].update_id != ack.update_id:
+            return
+        self._fleet.stats.acks += 1
+        done = task.pending.popleft()
+        if task.pending:
+            self._send_head(task)
+        elif _terminal(done.state):
+            del self._tasks[key]
+
+    def retry_unacknowledged(self, before: float) -> None:
+        """Send again each update in flight since before `before` (as the agent does)."""
+        if not self.registered:
+            return
+        for task in self._tasks.values():
+            if task.pending and task.sent_at < before:
+                self._fleet.stats.retries += 1
+                self._send_head(task)
+
+    def _send_head(self, task: _Task) -> None:
+        self._fleet.stats.updates += 1
+        task.sent_at = time.monotonic()
+        self.send(
+            Call(
+                status_update=Call.StatusUpdate(
+                    status=task.pending[0], latest_state=task.pending[-1].state
+                )
+            )
+        )
+
+    def _status(self, task: _Task, state: int) -> common_pb2.TaskStatus:
+        return common_pb2.TaskStatus(
+            task_id=task.task_id,
+            framework_id=task.framework_id,
+            agent_id=self.agent_id,
+            state=state,  # type: ignore[arg-type]
+            timestamp=time.time(),
+            update_id=f"{self.hostname}-{next(self._fleet.update_ids)}",
+            source=common_pb2.TaskStatus.SOURCE_AGENT,
+        )
+
+
+def _terminal(state: int) -> bool:
+    return state not in (State.TASK_STARTING, State.TASK_RUNNING, State.TASK_STAGING)
+
+
+class _EndedBeforeRegistered(MesoliteError):
+    """The master ended a stream before it said Registered (counted, then retried)."""
+
+
+def _batched(messages: list[Call], batches: bool) -> Iterable[Call]:
+    if not batches or len(messages) == 1:
+        return messages
+    return [Call(batch=Call.Batch(calls=messages))]
+
+
+class Fleet:
+    """This process's agents and what they did."""
+
+    def __init__(self, spec: AgentsSpec) -> None:
+        self.spec = spec
+        self.stats = AgentStats()
+        self.registered = 0
+        self.update_ids = itertools.count()
+        self.agents = [SimAgent(spec.first + i, self) for i in range(spec.count)]
+        self._tasks: list[asyncio.Task[None]] = []
+        self._started = 0.0
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        self._tasks = [asyncio.create_task(a.run(self._started)) for a in self.agents]
+        self._tasks.append(asyncio.create_task(self._retries()))
+
+    async def _retries(self) -> None:
+        while True:
+            await asyncio.sleep(RETRY_AFTER / 2)
+            before = time.monotonic() - RETRY_AFTER
+            for agent in self.agents:
+                agent.retry_unacknowledged(before)
+
+    def handle(self, command: str) -> Any:
+        if command == "start":
+            self.start()
+            return True
+        if command == "mark":
+            self.stats = AgentStats()
+            return True
+        if command == "report":
+            s = self.stats
+            return {
+                "registered": self.registered,
+                "launches": s.launches,
+                "updates": s.updates,
+                "acks": s.acks,
+                "retries": s.retries,
+                "reuse": s.reuse[-20_000:],
+                "registered_in": percentiles(s.registered_in, (0.5, 0.95, 1.0)),
+                "registrations": len(s.registered_in),
+                "failures": dict(s.failures),
+            }
+        if command == "stop":
+            for task in self._tasks:
+                task.cancel()
+            return True
+        raise ValueError(f"unknown command {command!r}")
+
+
+async def _main(conn: Connection, spec: AgentsSpec) -> None:
+    fleet = Fleet(spec)
+    await serve(conn, fleet.handle)
+    for task in fleet._tasks:
+        task.cancel()
+    with contextlib.suppress(BaseException):
+        await asyncio.gather(*fleet._tasks, return_exceptions=True)
+
+
+def run(conn: Connection, spec: AgentsSpec) -> None:
+    """A worker process's entry point: `spec.count` agents, steered through `conn`."""
+    conn.send("ready")
+    asyncio.run(_main(conn, spec))
