@@ -141,17 +141,10 @@ class Registry:
             return
         pending, self._pending = self._pending, []
         try:
-            with self._db:
-                self._db.execute("BEGIN")
-                for sql, params, many in pending:
-                    if many:
-                        self._db.executemany(sql, params)
-                    else:
-                        self._db.execute(sql, params)
+            self._commit(pending)
         except BaseException:
             self._pending = pending + self._pending
             raise
-        self.commits += 1
 
     def _change(self, *statements: _Statement) -> None:
         """Apply one change: at once in its own transaction, or kept for `flush()`."""
@@ -160,6 +153,9 @@ class Registry:
                 self._schedule(self.flush)
             self._pending.extend(statements)
             return
+        self._commit(statements)
+
+    def _commit(self, statements: Sequence[_Statement]) -> None:
         with self._db:
             self._db.execute("BEGIN")
             for sql, params, many in statements:

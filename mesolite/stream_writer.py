@@ -87,12 +87,7 @@ class StreamWriter(Generic[T]):
     async def drain(self) -> AsyncIterator[T]:
         """The messages in order, until the stream is closed and they are all out.
         For the stream's one writer."""
-        while True:
-            while not self._messages:
-                if self.closed:
-                    return
-                self._readable.clear()
-                await self._readable.wait()
+        while await self._readable_or_done():
             message = self._messages.popleft()
             self._room.set()
             yield message
@@ -103,12 +98,7 @@ class StreamWriter(Generic[T]):
         the busier it is."""
         if limit < 1:
             raise ValueError(f"a batch needs room for a message, got {limit}")
-        while True:
-            while not self._messages:
-                if self.closed:
-                    return
-                self._readable.clear()
-                await self._readable.wait()
+        while await self._readable_or_done():
             messages = self._messages
             if len(messages) <= limit:
                 batch = list(messages)
@@ -138,6 +128,15 @@ class StreamWriter(Generic[T]):
         if not failed:
             with contextlib.suppress(Exception):
                 await call.done_writing()
+
+    async def _readable_or_done(self) -> bool:
+        """Wait for a message to write (True) or for the end of the stream (False)."""
+        while not self._messages:
+            if self.closed:
+                return False
+            self._readable.clear()
+            await self._readable.wait()
+        return True
 
     def _queue(self, message: T) -> None:
         self._messages.append(message)

@@ -16,11 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import random
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -31,7 +29,7 @@ import grpc.aio
 from mesolite import grpc_utils
 from mesolite.backoff import Backoff
 from mesolite.errors import MesoliteError
-from mesolite.lab.bench._control import percentiles, serve
+from mesolite.lab.bench._control import Outbox, WorkerGroup, percentiles, run_worker
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, common_pb2
 
 Call = agent_pb2.AgentCall
@@ -86,12 +84,10 @@ class SimAgent:
         self.agent_id = ""
         self.registered = False
         self._tasks: dict[tuple[str, str], _Task] = {}
-        self._outbox: list[Call] = []
-        self._wake = asyncio.Event()
+        self._outbox: Outbox[Call] = Outbox(lambda calls: Call(batch=Call.Batch(calls=calls)))
         # When each task's resources were freed, oldest first, until a launch reuses them.
         self._freed: collections.deque[float] = collections.deque()
         self._freeing = 0  # ended while handling the current event: freed after it
-        self._batches = False
 
     async def run(self, started: float) -> None:
         """Register (retrying as the real agent does), then serve the master's events."""
@@ -133,12 +129,12 @@ class SimAgent:
                 raise _EndedBeforeRegistered(f"first event {first.WhichOneof('event')}")
             self.agent_id = first.registered.agent_id
             # A master that does not know batches leaves `batches` unset: none are sent.
-            self._batches = fleet.spec.batches and first.registered.batches
+            self._outbox.batches = fleet.spec.batches and first.registered.batches
             self.registered = True
             fleet.stats.registered_in.append(time.monotonic() - started)
             fleet.registered += 1
             interval = first.registered.heartbeat_interval_seconds or 1.0
-            writer = asyncio.create_task(self._write(call))
+            writer = asyncio.create_task(self._outbox.write(call))
             heartbeats = asyncio.create_task(self._heartbeats(interval))
             try:
                 while (event := await call.read()) is not grpc.aio.EOF:
@@ -153,16 +149,7 @@ class SimAgent:
                 fleet.registered -= 1
 
     def send(self, message: Call) -> None:
-        self._outbox.append(message)
-        self._wake.set()
-
-    async def _write(self, call: Any) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            messages, self._outbox = self._outbox, []
-            for message in _batched(messages, self._batches):
-                await call.write(message)
+        self._outbox.send(message)
 
     async def _heartbeats(self, interval: float) -> None:
         await asyncio.sleep(random.random() * interval)  # spread over the interval
@@ -267,28 +254,22 @@ class _EndedBeforeRegistered(MesoliteError):
     """The master ended a stream before it said Registered (counted, then retried)."""
 
 
-def _batched(messages: list[Call], batches: bool) -> Iterable[Call]:
-    if not batches or len(messages) == 1:
-        return messages
-    return [Call(batch=Call.Batch(calls=messages))]
-
-
-class Fleet:
+class Fleet(WorkerGroup):
     """This process's agents and what they did."""
 
     def __init__(self, spec: AgentsSpec) -> None:
+        super().__init__()
         self.spec = spec
         self.stats = AgentStats()
         self.registered = 0
         self.update_ids = itertools.count()
         self.agents = [SimAgent(spec.first + i, self) for i in range(spec.count)]
-        self._tasks: list[asyncio.Task[None]] = []
         self._started = 0.0
 
     def start(self) -> None:
         self._started = time.monotonic()
-        self._tasks = [asyncio.create_task(a.run(self._started)) for a in self.agents]
-        self._tasks.append(asyncio.create_task(self._retries()))
+        self.tasks = [asyncio.create_task(a.run(self._started)) for a in self.agents]
+        self.tasks.append(asyncio.create_task(self._retries()))
 
     async def _retries(self) -> None:
         while True:
@@ -297,43 +278,24 @@ class Fleet:
             for agent in self.agents:
                 agent.retry_unacknowledged(before)
 
-    def handle(self, command: str) -> Any:
-        if command == "start":
-            self.start()
-            return True
-        if command == "mark":
-            self.stats = AgentStats()
-            return True
-        if command == "report":
-            s = self.stats
-            return {
-                "registered": self.registered,
-                "launches": s.launches,
-                "updates": s.updates,
-                "acks": s.acks,
-                "retries": s.retries,
-                "reuse": s.reuse[-20_000:],
-                "registered_in": percentiles(s.registered_in, (0.5, 0.95, 1.0)),
-                "registrations": len(s.registered_in),
-                "failures": dict(s.failures),
-            }
-        if command == "stop":
-            for task in self._tasks:
-                task.cancel()
-            return True
-        raise ValueError(f"unknown command {command!r}")
+    def mark(self) -> None:
+        self.stats = AgentStats()
 
-
-async def _main(conn: Connection, spec: AgentsSpec) -> None:
-    fleet = Fleet(spec)
-    await serve(conn, fleet.handle)
-    for task in fleet._tasks:
-        task.cancel()
-    with contextlib.suppress(BaseException):
-        await asyncio.gather(*fleet._tasks, return_exceptions=True)
+    def report(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "registered": self.registered,
+            "launches": s.launches,
+            "updates": s.updates,
+            "acks": s.acks,
+            "retries": s.retries,
+            "reuse": s.reuse[-20_000:],
+            "registered_in": percentiles(s.registered_in, (0.5, 0.95, 1.0)),
+            "registrations": len(s.registered_in),
+            "failures": dict(s.failures),
+        }
 
 
 def run(conn: Connection, spec: AgentsSpec) -> None:
     """A worker process's entry point: `spec.count` agents, steered through `conn`."""
-    conn.send("ready")
-    asyncio.run(_main(conn, spec))
+    run_worker(conn, lambda: Fleet(spec))

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import itertools
 import time
 from dataclasses import dataclass, field
@@ -23,7 +22,7 @@ from typing import Any
 import grpc.aio
 
 from mesolite import grpc_utils
-from mesolite.lab.bench._control import serve
+from mesolite.lab.bench._control import Outbox, WorkerGroup, run_worker
 from mesolite.v1 import common_pb2, scheduler_pb2, scheduler_pb2_grpc
 
 Call = scheduler_pb2.Call
@@ -61,9 +60,7 @@ class SimFramework:
         self.name = f"bench-{index}"
         self._ids = itertools.count()
         self._launched_at: dict[str, float] = {}
-        self._outbox: list[Call] = []
-        self._wake = asyncio.Event()
-        self._batches = False
+        self._outbox: Outbox[Call] = Outbox(lambda calls: Call(batch=Call.Batch(calls=calls)))
         self.subscribed = False
 
     async def run(self) -> None:
@@ -79,9 +76,9 @@ class SimFramework:
                 self._group.stats.errors["not subscribed"] += 1
                 return
             subscribed = first.subscribed
-            self._batches = spec.batches and subscribed.batches
+            self._outbox.batches = spec.batches and subscribed.batches
             self.subscribed = True
-            writer = asyncio.create_task(self._write(call))
+            writer = asyncio.create_task(self._outbox.write(call))
             try:
                 while (event := await call.read()) is not grpc.aio.EOF:
                     self._handle(event)
@@ -92,18 +89,7 @@ class SimFramework:
                 self.subscribed = False
 
     def send(self, message: Call) -> None:
-        self._outbox.append(message)
-        self._wake.set()
-
-    async def _write(self, call: Any) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
-            messages, self._outbox = self._outbox, []
-            if self._batches and len(messages) > 1:
-                messages = [Call(batch=Call.Batch(calls=messages))]
-            for message in messages:
-                await call.write(message)
+        self._outbox.send(message)
 
     def _handle(self, event: Event) -> None:
         kind = event.WhichOneof("event")
@@ -164,52 +150,36 @@ class SimFramework:
             stats.other_ends[State.Name(status.state)] += 1
 
 
-class Group:
+class Group(WorkerGroup):
     """This process's frameworks and what they did."""
 
     def __init__(self, spec: FrameworksSpec) -> None:
+        super().__init__()
         self.spec = spec
         self.stats = FrameworkStats()
         self.frameworks = [SimFramework(spec.first + i, self) for i in range(spec.count)]
-        self.tasks: list[asyncio.Task[None]] = []
 
-    def handle(self, command: str) -> Any:
-        if command == "start":
-            self.tasks = [asyncio.create_task(f.run()) for f in self.frameworks]
-            return True
-        if command == "mark":
-            self.stats = FrameworkStats()
-            return True
-        if command == "report":
-            s = self.stats
-            return {
-                "subscribed": sum(f.subscribed for f in self.frameworks),
-                "offers": s.offers,
-                "accepts": s.accepts,
-                "declines": s.declines,
-                "launched": s.launched,
-                "finished": s.finished,
-                "other_ends": dict(s.other_ends),
-                "errors": dict(s.errors),
-                "round_trip": s.round_trip[-20_000:],
-            }
-        if command == "stop":
-            for task in self.tasks:
-                task.cancel()
-            return True
-        raise ValueError(f"unknown command {command!r}")
+    def start(self) -> None:
+        self.tasks = [asyncio.create_task(f.run()) for f in self.frameworks]
 
+    def mark(self) -> None:
+        self.stats = FrameworkStats()
 
-async def _main(conn: Connection, spec: FrameworksSpec) -> None:
-    group = Group(spec)
-    await serve(conn, group.handle)
-    for task in group.tasks:
-        task.cancel()
-    with contextlib.suppress(BaseException):
-        await asyncio.gather(*group.tasks, return_exceptions=True)
+    def report(self) -> dict[str, Any]:
+        s = self.stats
+        return {
+            "subscribed": sum(f.subscribed for f in self.frameworks),
+            "offers": s.offers,
+            "accepts": s.accepts,
+            "declines": s.declines,
+            "launched": s.launched,
+            "finished": s.finished,
+            "other_ends": dict(s.other_ends),
+            "errors": dict(s.errors),
+            "round_trip": s.round_trip[-20_000:],
+        }
 
 
 def run(conn: Connection, spec: FrameworksSpec) -> None:
     """A worker process's entry point: `spec.count` frameworks, steered through `conn`."""
-    conn.send("ready")
-    asyncio.run(_main(conn, spec))
+    run_worker(conn, lambda: Group(spec))
