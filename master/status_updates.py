@@ -315,9 +315,14 @@ class StatusUpdateHandling(MasterCore):
         """A task ended early has had its end applied (from its agent, or made by the
         master when the agent went away): nothing more of it is waited for."""
         task.end_pending = False
-        if framework.ending.get(task.spec.task_id) is task:
-            del framework.ending[task.spec.task_id]
+        task_id = task.spec.task_id
+        if framework.ending.get(task_id) is task:
+            # Back into the history, newest (the framework acknowledges the end next),
+            # unless its id has been used again since.
+            del framework.ending[task_id]
             _forget_placement(framework, task)
+            if task_id not in framework.completed_by_id and task_id not in framework.tasks:
+                self._remember_completed(framework, task)
 
     def _end_early(self, task: TaskRecord, state: TaskState) -> None:
         """The agent says the task ended, but its end update is still queued behind

@@ -128,3 +128,17 @@ async def test_after_a_failed_write_the_rest_is_discarded_and_senders_never_bloc
 def test_a_writer_needs_room_for_a_message() -> None:
     with pytest.raises(ValueError):
         StreamWriter(0)
+
+
+async def test_drain_batches_takes_what_waits_up_to_the_limit() -> None:
+    writer: StreamWriter[int] = StreamWriter(100)
+    for i in range(5):
+        writer.send(i)
+    batches = writer.drain_batches(limit=3)
+    assert await anext(batches) == [0, 1, 2]
+    assert await anext(batches) == [3, 4]
+    writer.send(5)
+    writer.close()
+    assert [b async for b in batches] == [[5]]
+    with pytest.raises(ValueError):
+        await anext(writer.drain_batches(limit=0))

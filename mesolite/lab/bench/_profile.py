@@ -55,6 +55,8 @@ def _frame_name(frame: str) -> str:
 
 def summarise(path: Path, top: int = 15) -> list[str]:
     """Lines: the `top` frames by self samples and by total samples, with their shares."""
+    if not path.exists():
+        return [f"(no profile: py-spy wrote no {path})"]
     self_counts: Counter[str] = Counter()
     total_counts: Counter[str] = Counter()
     samples = 0

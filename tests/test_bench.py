@@ -1,0 +1,32 @@
+"""`mesolite bench` runs: a tiny throughput run and a tiny agents run, against this tree.
+
+A smoke test of the load generator (it is a benchmark, not a timed test): every part
+starts, tasks go through, the table is printed, nothing is left running.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mesolite.lab.bench import main
+
+pytestmark = pytest.mark.integration
+
+
+def test_throughput_runs_tasks_through_the_master(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["throughput", "--agents", "2", "--frameworks", "1", "--warmup", "0.5"]
+    assert main([*args, "--duration", "2", "--task", "cpus:1;mem:32"]) == 0
+    out = capsys.readouterr().out
+    tasks = re.search(r"tasks/s\s+([\d,]+)", out)
+    assert tasks is not None and int(tasks.group(1).replace(",", "")) > 0, out
+    assert "master CPU" in out and "offer latency" in out
+
+
+def test_agents_registers_them_all(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["agents", "--agents", "20", "--agent-procs", "2", "--settle", "0", "--idle", "1"]
+    assert main([*args, "--state-requests", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"storm: refused or reset\s+0\b", out), out
+    assert "GET /state" in out
