@@ -27,11 +27,19 @@ class Stream:
     def __init__(self, stub: scheduler_pb2_grpc.SchedulerAsyncStub) -> None:
         self._call: Any = stub.Connect()
         self._calls: StreamWriter[scheduler_pb2.Call] = StreamWriter(QUEUE_SIZE)
+        # Once the master says it reads batches (Subscribed.batches), calls waiting
+        # together go out as one message: fewer messages for the master to read.
+        self.batches = False
         self._writer = asyncio.create_task(
-            self._calls.write_to(self._call), name="mesolite-stream-writer"
+            self._calls.write_to(self._call, self._grouped), name="mesolite-stream-writer"
         )
         self._read: asyncio.Future[Any] | None = None
         self._read_since = 0.0  # when the read in flight started (time.monotonic)
+
+    def _grouped(self, calls: list[scheduler_pb2.Call]) -> list[scheduler_pb2.Call]:
+        if not self.batches or len(calls) == 1:
+            return calls
+        return [scheduler_pb2.Call(batch=scheduler_pb2.Call.Batch(calls=calls))]
 
     async def send(self, call: scheduler_pb2.Call) -> None:
         if self._calls.closed:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Generic, Protocol, TypeVar
 
 import structlog
@@ -30,6 +30,14 @@ T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
 
 _log = structlog.get_logger(__name__)
+
+# The most messages `write_to` hands `group` at once.
+_GROUPED = 1_000
+
+
+async def _singly(messages: AsyncIterator[T]) -> AsyncIterator[list[T]]:
+    async for message in messages:
+        yield [message]
 
 
 class WritableCall(Protocol[T_contra]):
@@ -108,20 +116,26 @@ class StreamWriter(Generic[T]):
             self._room.set()
             yield batch
 
-    async def write_to(self, call: WritableCall[T]) -> None:
+    async def write_to(
+        self, call: WritableCall[T], group: Callable[[list[T]], list[T]] | None = None
+    ) -> None:
         """Be a client stream's one writer: write the messages to `call` in order, then
         half-close it, so that the other side sees this side leave, not a broken stream.
+        With `group`, whatever waits is taken at once and written as `group` makes it
+        (several messages in one batch message, say, where the other side reads them).
 
         A failed write means the stream can carry nothing more: the messages after it
         are discarded (so that no `put` waits on a queue nobody empties) and the stream
         is not half-closed. The call's reader learns from its status how it ended.
         """
         failed = False
-        async for message in self.drain():
+        batches = self.drain_batches(_GROUPED) if group else _singly(self.drain())
+        async for messages in batches:
             if failed:
                 continue
             try:
-                await call.write(message)
+                for message in group(messages) if group else messages:
+                    await call.write(message)
             except Exception as e:  # whatever it was, this stream can carry no more
                 _log.debug("stream write failed", error=repr(e))
                 failed = True

@@ -115,6 +115,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     parser.add_argument(
+        "--event-loop",
+        choices=["asyncio", "uvloop"],
+        default="asyncio",
+        help="the master's event loop (uvloop must be importable; it is not a dependency)",
+    )
+    parser.add_argument(
         "--py-spy",
         metavar="PATH",
         help="profile the master over the measured window with this py-spy binary",
@@ -127,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     load = _procstat.load_average()
     rows: list[Row] = []
     for label, source in sources:
-        settings: dict[str, Any] = {"log_level": args.log_level}
+        settings: dict[str, Any] = {"log_level": args.log_level, "event_loop": args.event_loop}
         if args.heartbeat is not None:
             settings["agent_heartbeat_interval"] = args.heartbeat
             settings["agent_timeout"] = max(10.0, 5 * args.heartbeat)

@@ -3,8 +3,8 @@
 Run as a script with PYTHONPATH naming the source tree to measure (the bench's
 `--master-source`), so one bench run can compare two versions of the master. It uses
 only what every version has: `MasterConfig` (fields this version lacks are skipped and
-reported), `MasterServer`, and the CLI's logging; the event loop is the one the CLI
-runs its master on, where the version says (`mesolite.cli._main.run_loop`).
+reported), `MasterServer`, and the CLI's logging, on asyncio's event loop (or uvloop's,
+with the bench's `--event-loop uvloop`, to compare; it must be importable).
 
 Prints one JSON line, {"grpc": PORT, "http": PORT, "pid": PID, "skipped": [...]}, once
 it listens; stops when its standard input closes or on SIGTERM.
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import importlib
 import json
 import os
 import signal
@@ -56,12 +57,8 @@ def main() -> None:
     logs.configure(level=settings.pop("log_level", "info"))
     http_serving.raise_descriptor_limit()
     run: Callable[[Coroutine[Any, Any, None]], None] = asyncio.run
-    try:
-        from mesolite.cli import _main as cli
-
-        run = getattr(cli, "run_loop", asyncio.run)
-    except ImportError:
-        pass
+    if settings.pop("event_loop", "asyncio") == "uvloop":  # to compare (not a dependency)
+        run = importlib.import_module("uvloop").run
     run(_serve(settings))
 
 

@@ -49,7 +49,9 @@ class RunningMaster:
     def __init__(self, master: MasterUnderTest) -> None:
         master.log_dir.mkdir(parents=True, exist_ok=True)
         settings = {"work_dir": str(master.log_dir / "work"), **master.settings}
-        env = {**os.environ, "PYTHONPATH": str(master.source)}
+        # The source under test first; what the bench's own path adds after it.
+        path = os.pathsep.join(p for p in (str(master.source), os.environ.get("PYTHONPATH")) if p)
+        env = {**os.environ, "PYTHONPATH": path}
         self.log_path = master.log_dir / "master.log"
         self._log = self.log_path.open("w")
         self.process = subprocess.Popen(
