@@ -10,6 +10,7 @@ import re
 
 import pytest
 
+from mesolite.cli import main as cli_main
 from mesolite.lab.bench import main
 
 pytestmark = pytest.mark.integration
@@ -30,3 +31,10 @@ def test_agents_registers_them_all(capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert re.search(r"storm: refused or reset\s+0\b", out), out
     assert "GET /state" in out
+
+
+def test_the_cli_hands_bench_its_arguments(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as done:
+        cli_main(["bench", "--help"])
+    assert done.value.code == 0
+    assert "usage: mesolite bench" in capsys.readouterr().out

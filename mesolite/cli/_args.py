@@ -324,6 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_certs(sub)
 
+    bench = sub.add_parser(
+        "bench",
+        help="load a master with simulated agents and frameworks (mesolite bench --help)",
+        add_help=False,  # its own parser, mesolite/lab/bench, reads everything after it
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)
     e = xs.add_parser(

@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["bench"]:  # its own parser reads the rest (--help too)
+        from mesolite.lab.bench import main as bench
+
+        return bench(raw[1:])
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return show(args)
