@@ -12,6 +12,7 @@ import pytest
 
 from mesolite.cli import main as cli_main
 from mesolite.lab.bench import main
+from mesolite.lab.bench._runner import offer_latencies
 
 pytestmark = pytest.mark.integration
 
@@ -38,3 +39,11 @@ def test_the_cli_hands_bench_its_arguments(capsys: pytest.CaptureFixture[str]) -
         cli_main(["bench", "--help"])
     assert done.value.code == 0
     assert "usage: mesolite bench" in capsys.readouterr().out
+
+
+def test_an_offer_covers_the_ends_on_its_agent_since_the_last_one() -> None:
+    freed = [("a", 1.0), ("a", 1.5), ("b", 2.0), ("a", 4.0)]
+    offered = [("a", 3.0), ("b", 2.5), ("a", 3.5), ("a", 4.25), ("c", 5.0)]
+    # a at 3.0: ends 1.0 and 1.5 (oldest 1.0); b at 2.5: 2.0; a at 3.5: nothing new;
+    # a at 4.25: 4.0; c: never freed anything.
+    assert offer_latencies(freed, offered) == [0.5, 2.0, 0.25]

@@ -57,8 +57,9 @@ class AgentStats:
     updates: int = 0
     acks: int = 0
     retries: int = 0
-    # Offer latency: a task's end to a launch that reuses its resources on that agent.
-    reuse: list[float] = field(default_factory=list)
+    # When the master was first told that a task ended (its resources are free), by
+    # agent id: matched with the frameworks' offers for the offer latency.
+    freed: list[tuple[str, float]] = field(default_factory=list)
     registered_in: list[float] = field(default_factory=list)  # start to Registered
     failures: collections.Counter[str] = field(default_factory=collections.Counter)
 
@@ -68,13 +69,14 @@ RETRY_AFTER = 2.0
 
 
 class _Task:
-    __slots__ = ("framework_id", "pending", "sent_at", "task_id")
+    __slots__ = ("end_told", "framework_id", "pending", "sent_at", "task_id")
 
     def __init__(self, framework_id: str, task_id: str) -> None:
         self.framework_id = framework_id
         self.task_id = task_id
         self.pending: collections.deque[common_pb2.TaskStatus] = collections.deque()
         self.sent_at = 0.0
+        self.end_told = False  # an update that said the task ended has gone out
 
 
 class SimAgent:
@@ -85,9 +87,6 @@ class SimAgent:
         self.registered = False
         self._tasks: dict[tuple[str, str], _Task] = {}
         self._outbox: Outbox[Call] = Outbox(lambda calls: Call(batch=Call.Batch(calls=calls)))
-        # When each task's resources were freed, oldest first, until a launch reuses them.
-        self._freed: collections.deque[float] = collections.deque()
-        self._freeing = 0  # ended while handling the current event: freed after it
 
     async def run(self, started: float) -> None:
         """Register (retrying as the real agent does), then serve the master's events."""
@@ -139,9 +138,6 @@ class SimAgent:
             try:
                 while (event := await call.read()) is not grpc.aio.EOF:
                     self._handle(event)
-                    if self._freeing:  # not reusable by launches of the same event
-                        self._freed.extend([time.monotonic()] * self._freeing)
-                        self._freeing = 0
             finally:
                 heartbeats.cancel()
                 writer.cancel()
@@ -171,10 +167,7 @@ class SimAgent:
 
     def _launch(self, launch: Event.LaunchTask) -> None:
         fleet = self._fleet
-        now = time.monotonic()
         fleet.stats.launches += 1
-        if self._freed:
-            fleet.stats.reuse.append(now - self._freed.popleft())
         task = _Task(launch.framework_id, launch.task.task_id)
         self._tasks[(task.framework_id, task.task_id)] = task
         task.pending.append(self._status(task, State.TASK_STARTING))
@@ -190,11 +183,7 @@ class SimAgent:
     def _end(self, task: _Task, state: int, send: bool = True) -> None:
         """The task ended: its end joins its updates, and its resources are free."""
         task.pending.append(self._status(task, state))
-        if not send:  # ended as it was launched, while its event is handled
-            self._freeing += 1
-            return
-        self._freed.append(time.monotonic())
-        if len(task.pending) == 1:  # nothing in flight: send it now
+        if send and len(task.pending) == 1:  # nothing in flight: send it now
             self._send_head(task)
 
     def _kill(self, kill: Event.KillTask) -> None:
@@ -226,6 +215,9 @@ class SimAgent:
     def _send_head(self, task: _Task) -> None:
         self._fleet.stats.updates += 1
         task.sent_at = time.monotonic()
+        if not task.end_told and _terminal(task.pending[-1].state):
+            task.end_told = True  # the master frees the task's resources on this one
+            self._fleet.stats.freed.append((self.agent_id, task.sent_at))
         self.send(
             Call(
                 status_update=Call.StatusUpdate(
@@ -289,7 +281,7 @@ class Fleet(WorkerGroup):
             "updates": s.updates,
             "acks": s.acks,
             "retries": s.retries,
-            "reuse": s.reuse[-20_000:],
+            "freed": s.freed,
             "registered_in": percentiles(s.registered_in, (0.5, 0.95, 1.0)),
             "registrations": len(s.registered_in),
             "failures": dict(s.failures),

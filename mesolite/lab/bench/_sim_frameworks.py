@@ -52,6 +52,7 @@ class FrameworkStats:
     other_ends: collections.Counter[str] = field(default_factory=collections.Counter)
     errors: collections.Counter[str] = field(default_factory=collections.Counter)
     round_trip: list[float] = field(default_factory=list)  # ACCEPT to the task's end
+    offered: list[tuple[str, float]] = field(default_factory=list)  # (agent id, when)
 
 
 class SimFramework:
@@ -107,6 +108,7 @@ class SimFramework:
     def _answer(self, offer: scheduler_pb2.Offer) -> None:
         spec, stats = self._group.spec, self._group.stats
         stats.offers += 1
+        stats.offered.append((offer.agent_id, time.monotonic()))
         have = offer.resources.scalars
         fits = min(int(have.get(name, 0.0) // amount) for name, amount in spec.task.items())
         if spec.tasks_per_offer:
@@ -177,6 +179,7 @@ class Group(WorkerGroup):
             "other_ends": dict(s.other_ends),
             "errors": dict(s.errors),
             "round_trip": s.round_trip[-20_000:],
+            "offered": s.offered,
         }
 
 
