@@ -13,10 +13,14 @@ import grpc
 import grpc.aio
 
 from mesolite.framework_sdk._errors import NotConnected
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 QUEUE_SIZE = 1024
+
+
+def _batch(calls: list[scheduler_pb2.Call]) -> scheduler_pb2.Call:
+    return scheduler_pb2.Call(batch=scheduler_pb2.Call.Batch(calls=calls))
 
 
 class StreamLost(NotConnected):
@@ -39,7 +43,7 @@ class Stream:
     def _grouped(self, calls: list[scheduler_pb2.Call]) -> list[scheduler_pb2.Call]:
         if not self.batches or len(calls) == 1:
             return calls
-        return [scheduler_pb2.Call(batch=scheduler_pb2.Call.Batch(calls=calls))]
+        return list(in_batches(calls, _batch))
 
     async def send(self, call: scheduler_pb2.Call) -> None:
         if self._calls.closed:

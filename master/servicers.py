@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 from urllib.parse import unquote
 
 import grpc
@@ -33,7 +33,7 @@ from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
 from mesolite.master.stream_limits import GrpcStreamLimits
 from mesolite.resources import InvalidResources
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -44,59 +44,11 @@ T = TypeVar("T")
 OUTBOX_CAPACITY = 10_000
 
 # A peer that asked for batches (Register.batches, Subscribe.batches) gets whatever is
-# waiting in its outbox in one message, up to these bounds: far below any client's
-# receive limit (grpc's default is 4 MiB), and one write never holds a whole backlog.
-# Each message costs the event loop about as much as its handling, so the busier the
-# master, the more each write carries.
+# waiting in its outbox in one message (`in_batches`: at most 1 MiB, never its first
+# message), up to this many: one write never holds a whole backlog. Each message costs
+# the event loop about as much as its handling, so the busier the master, the more each
+# write carries.
 BATCH_EVENTS = 1_000
-BATCH_BYTES = 1 << 20
-
-
-class _Event(Protocol):
-    def ByteSize(self) -> int: ...
-
-
-E = TypeVar("E", bound=_Event)
-M = TypeVar("M")
-
-
-def _events(
-    messages: Sequence[M],
-    convert: Callable[[M], E],
-    batch: Callable[[list[E]], E],
-    batches: bool,
-    alone: type,
-) -> Iterator[E]:
-    """The wire events for `messages`, in order: each alone, or (to a peer that reads
-    batches) runs of them in batch events of at most BATCH_BYTES. A message of type
-    `alone` (Registered, Subscribed: what a peer expects first) is never in a batch."""
-    if not batches or len(messages) == 1:
-        yield from map(convert, messages)
-        return
-    run: list[E] = []
-    size = 0
-    for message in messages:
-        event = convert(message)
-        if isinstance(message, alone):
-            yield from _flushed(run, batch)
-            run, size = [], 0
-            yield event
-            continue
-        n = event.ByteSize()
-        if run and size + n > BATCH_BYTES:
-            yield from _flushed(run, batch)
-            run, size = [], 0
-        run.append(event)
-        size += n
-    yield from _flushed(run, batch)
-
-
-def _flushed(run: list[E], batch: Callable[[list[E]], E]) -> Iterator[E]:
-    if len(run) == 1:
-        yield run[0]
-    elif run:
-        yield batch(run)
-
 
 # Why a stream is refused (INVALID_ARGUMENT) when its peer sends bytes that are not a
 # message: grpc decodes each message as the handler reads it, raising DecodeError.
@@ -280,8 +232,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 async for messages in outbox.drain_batches(BATCH_EVENTS):
                     # What these messages acknowledge is on disk before they go out.
                     self._master.registry.flush()
-                    for event in _events(
-                        messages, _framework_event, _framework_batch, batches, msg.Subscribed
+                    events = map(_framework_event, messages)
+                    for event in (
+                        in_batches(events, _framework_batch, _subscribed) if batches else events
                     ):
                         yield event
             finally:
@@ -384,6 +337,10 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
 
 def _framework_batch(events: list[scheduler_pb2.Event]) -> scheduler_pb2.Event:
     return scheduler_pb2.Event(batch=scheduler_pb2.Event.Batch(events=events))
+
+
+def _subscribed(event: scheduler_pb2.Event) -> bool:
+    return event.WhichOneof("event") == "subscribed"
 
 
 # Agents ----------------------------------------------------------------------
@@ -504,8 +461,9 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 async for messages in outbox.drain_batches(BATCH_EVENTS):
                     # What these messages acknowledge is on disk before they go out.
                     self._master.registry.flush()
-                    for event in _events(
-                        messages, _agent_event, _agent_batch, batches, msg.AgentRegistered
+                    events = map(_agent_event, messages)
+                    for event in (
+                        in_batches(events, _agent_batch, _registered) if batches else events
                     ):
                         yield event
             finally:
@@ -548,3 +506,7 @@ def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
 
 def _agent_batch(events: list[agent_pb2.AgentEvent]) -> agent_pb2.AgentEvent:
     return agent_pb2.AgentEvent(batch=agent_pb2.AgentEvent.Batch(events=events))
+
+
+def _registered(event: agent_pb2.AgentEvent) -> bool:
+    return event.WhichOneof("event") == "registered"

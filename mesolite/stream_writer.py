@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 import structlog
@@ -33,6 +33,42 @@ _log = structlog.get_logger(__name__)
 
 # The most messages `write_to` hands `group` at once.
 _GROUPED = 1_000
+
+# A batch message (several messages in one, for a peer that reads them) stays below
+# this: far below any receiver's limit (grpc's default is 4 MiB; the master's too).
+BATCH_BYTES = 1 << 20
+
+
+class _Sized(Protocol):
+    def ByteSize(self) -> int: ...
+
+
+W = TypeVar("W", bound=_Sized)
+
+
+def in_batches(
+    messages: Iterable[W],
+    wrap: Callable[[list[W]], W],
+    alone: Callable[[W], bool] = lambda message: False,
+    limit_bytes: int = BATCH_BYTES,
+) -> Iterator[W]:
+    """`messages` in order, runs of them wrapped into one batch message by `wrap`, each
+    batch at most `limit_bytes` (a message bigger than that alone goes alone); a message
+    for which `alone` holds is never in a batch."""
+    run: list[W] = []
+    size = 0
+    for message in messages:
+        n = 0 if alone(message) else message.ByteSize()
+        if run and (not n or size + n > limit_bytes):
+            yield run[0] if len(run) == 1 else wrap(run)
+            run, size = [], 0
+        if not n:
+            yield message
+            continue
+        run.append(message)
+        size += n
+    if run:
+        yield run[0] if len(run) == 1 else wrap(run)
 
 
 async def _singly(messages: AsyncIterator[T]) -> AsyncIterator[list[T]]:

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 
 pytestmark = pytest.mark.unit
 
@@ -142,3 +142,22 @@ async def test_drain_batches_takes_what_waits_up_to_the_limit() -> None:
     assert [b async for b in batches] == [[5]]
     with pytest.raises(ValueError):
         await anext(writer.drain_batches(limit=0))
+
+
+@dataclass(frozen=True)
+class Sized:
+    name: str
+    size: int = 10
+
+    def ByteSize(self) -> int:
+        return self.size
+
+
+def test_in_batches_wraps_runs_within_the_size_and_leaves_alone_what_must_be() -> None:
+    def wrap(run: list[Sized]) -> Sized:
+        return Sized("+".join(m.name for m in run), sum(m.size for m in run))
+
+    messages = [Sized("first"), Sized("a"), Sized("b"), Sized("big", 50), Sized("c"), Sized("d")]
+    out = in_batches(messages, wrap, alone=lambda m: m.name == "first", limit_bytes=40)
+    assert [m.name for m in out] == ["first", "a+b", "big", "c+d"]
+    assert [m.name for m in in_batches([Sized("x")], wrap)] == ["x"]
