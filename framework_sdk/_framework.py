@@ -472,7 +472,11 @@ class Framework:
         )
         return Call(
             call_id=uuid.uuid4().hex,
-            subscribe=Call.Subscribe(framework_info=convert.framework_info_to_proto(info)),
+            # Batches: the master may send several events in one message (unwrapped
+            # in `_connect_once`), which costs it less than one message each.
+            subscribe=Call.Subscribe(
+                framework_info=convert.framework_info_to_proto(info), batches=True
+            ),
         )
 
     async def _connect_once(self, stub: scheduler_pb2_grpc.SchedulerAsyncStub) -> bool:
@@ -494,6 +498,9 @@ class Framework:
                 if event.WhichOneof("event") == "subscribed":
                     subscribed = True
                     await self._handle_subscribed(event.subscribed, stream)
+                elif subscribed and event.WhichOneof("event") == "batch":
+                    for inner in event.batch.events:
+                        await self._dispatch(inner)
                 elif subscribed:
                     await self._dispatch(event)
                 else:
@@ -552,6 +559,7 @@ class Framework:
         if self._id_file is not None:
             self._id_file.write(msg.framework_id)
         self._heartbeat_interval = msg.heartbeat_interval_seconds
+        stream.batches = msg.batches
         self._stream = stream
         self._log = _log.bind(framework=self.name, framework_id=msg.framework_id)
         self._log.info("subscribed", resubscribed=resubscribed)

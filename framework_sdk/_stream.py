@@ -13,10 +13,14 @@ import grpc
 import grpc.aio
 
 from mesolite.framework_sdk._errors import NotConnected
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 QUEUE_SIZE = 1024
+
+
+def _batch(calls: list[scheduler_pb2.Call]) -> scheduler_pb2.Call:
+    return scheduler_pb2.Call(batch=scheduler_pb2.Call.Batch(calls=calls))
 
 
 class StreamLost(NotConnected):
@@ -27,11 +31,19 @@ class Stream:
     def __init__(self, stub: scheduler_pb2_grpc.SchedulerAsyncStub) -> None:
         self._call: Any = stub.Connect()
         self._calls: StreamWriter[scheduler_pb2.Call] = StreamWriter(QUEUE_SIZE)
+        # Once the master says it reads batches (Subscribed.batches), calls waiting
+        # together go out as one message: fewer messages for the master to read.
+        self.batches = False
         self._writer = asyncio.create_task(
-            self._calls.write_to(self._call), name="mesolite-stream-writer"
+            self._calls.write_to(self._call, self._grouped), name="mesolite-stream-writer"
         )
         self._read: asyncio.Future[Any] | None = None
         self._read_since = 0.0  # when the read in flight started (time.monotonic)
+
+    def _grouped(self, calls: list[scheduler_pb2.Call]) -> list[scheduler_pb2.Call]:
+        if not self.batches or len(calls) == 1:
+            return calls
+        return list(in_batches(calls, _batch))
 
     async def send(self, call: scheduler_pb2.Call) -> None:
         if self._calls.closed:

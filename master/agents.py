@@ -162,7 +162,7 @@ class AgentHandling(MasterCore):
         self._rescind_agent_offers(agent.agent_id)
         agent.outbox = outbox
         agent.address = address
-        agent.last_seen = now
+        self._heard_from(agent)
         reported = {(rt.framework_id, rt.task.task_id) for rt in running}
         for key, task in list(agent.tasks.items()):
             if key not in reported:
@@ -236,6 +236,7 @@ class AgentHandling(MasterCore):
             registered_at=self._wall_clock(),
             principal=principal,
         )
+        self._heard_from(self.agents[agent_id])
         self.allocator.add_agent(agent_id, total)
         self._cluster_changed()
 
@@ -356,9 +357,9 @@ class AgentHandling(MasterCore):
         """Ends the master knew of (`end_pending`) whose updates the removed agent
         will never deliver now: the master tells the frameworks itself."""
         for framework in self.frameworks.values():
-            for task in framework.completed:
+            for task in [*framework.completed, *framework.ending.values()]:
                 if task.end_pending and task.agent_id == agent_id:
-                    task.end_pending = False
+                    self._end_delivered(framework, task)
                     self._notify(
                         task.framework_id,
                         self._master_status(
@@ -397,7 +398,7 @@ class AgentHandling(MasterCore):
         tasks' figures are taken; a task it does not measure has none."""
         agent = self.agents.get(agent_id)
         if agent is not None:
-            agent.last_seen = self._clock()
+            self._heard_from(agent)
             measured = {(u.framework_id, u.task_id): u for u in usage}
             for key, task in agent.tasks.items():
                 task.usage = measured.get(key)
@@ -414,12 +415,18 @@ class AgentHandling(MasterCore):
 
     @checked
     def check_agent_health(self) -> list[str]:
-        """Remove agents silent for longer than the agent timeout; returns their ids."""
+        """Remove agents silent for longer than the agent timeout; returns their ids.
+        Reads only those and the first agent that is not (`_heard_from`): a tick costs
+        what changed, not the number of agents."""
         deadline = self._clock() - self.config.agent_timeout
-        silent = [a for a in self.agents.values() if a.last_seen < deadline]
-        for agent in silent:
-            self.remove_agent(agent.agent_id, "the agent stopped sending heartbeats")
-        return [a.agent_id for a in silent]
+        silent = []
+        for agent_id in self._by_last_seen:
+            if self.agents[agent_id].last_seen >= deadline:
+                break
+            silent.append(agent_id)
+        for agent_id in silent:
+            self.remove_agent(agent_id, "the agent stopped sending heartbeats")
+        return silent
 
     @checked
     def remove_agent(self, agent_id: str, reason: str) -> None:
@@ -431,6 +438,7 @@ class AgentHandling(MasterCore):
         self.allocator.remove_agent(agent_id)
         self._cluster_changed()
         del self.agents[agent_id]
+        del self._by_last_seen[agent_id]
         self.registry.remove_agent(agent_id, self._wall_clock())
         self._mark_removed(agent_id)
         if agent.outbox is not None:

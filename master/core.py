@@ -34,6 +34,7 @@ import functools
 import itertools
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -42,6 +43,7 @@ import structlog
 from mesolite.master import invariants
 from mesolite.master import messages as msg
 from mesolite.master.acl import AclError, Acls, Action, load_acls, may_run_tasks_as
+from mesolite.master.activity import Activity
 from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
@@ -101,6 +103,8 @@ class MasterCore(abc.ABC):
         # Raises AclError for a bad file, for the same reason. None: no authorization.
         self.acls: Acls | None = load_acls(config.acls_file) if config.acls_file else None
         self.agents: dict[str, AgentRecord] = {}
+        # Agent ids, the one heard from longest ago first (see `_heard_from`).
+        self._by_last_seen: OrderedDict[str, None] = OrderedDict()
         # Refused if they come back; the newest `max_removed_agents`, oldest first.
         self.removed_agents: dict[str, None] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
@@ -112,6 +116,7 @@ class MasterCore(abc.ABC):
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
         self.metrics = MasterMetrics()  # its state's gauges: read from a snapshot per scrape
+        self.activity = Activity()  # counted, logged as one line a period (log_activity)
         self.invariant_violations: list[str] = []
         # Agents the registry lists that have not re-registered since the restart.
         self.recovering_agents: dict[str, list[TaskEntry]] = {}
@@ -145,6 +150,12 @@ class MasterCore(abc.ABC):
     def request_allocation(self) -> None:
         self.allocation_wanted.set()
 
+    def log_activity(self) -> None:
+        """One info line with the offers, launches and updates since the last one (each
+        is logged at debug); nothing if nothing happened."""
+        if counts := self.activity.take():
+            log.info("activity", **counts)
+
     def verify(self, step: str) -> list[str]:
         """Check the invariants now; violations are logged and kept."""
         problems = invariants.check(self)
@@ -172,6 +183,14 @@ class MasterCore(abc.ABC):
                 "not authorized", action=Action.RUN_TASKS.value, principal=principal, object=user
             )
         return allowed
+
+    def _heard_from(self, agent: AgentRecord) -> None:
+        """The agent is alive now. Its id moves to the end of `_by_last_seen`, which so
+        stays in the order of `last_seen` (the clock only goes forward): the health
+        check reads only the agents that are silent too long, and the first that is not."""
+        agent.last_seen = self._clock()
+        self._by_last_seen[agent.agent_id] = None
+        self._by_last_seen.move_to_end(agent.agent_id)
 
     def _mark_removed(self, agent_id: str) -> None:
         """Remember a removed agent, forgetting the oldest beyond the bound. A forgotten
@@ -284,6 +303,10 @@ class MasterCore(abc.ABC):
 
     @abc.abstractmethod
     def _end_early(self, task: TaskRecord, state: TaskState) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _end_delivered(self, framework: FrameworkRecord, task: TaskRecord) -> None:
         """master/status_updates.py"""
 
     @abc.abstractmethod

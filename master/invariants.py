@@ -106,4 +106,12 @@ def check(master: MasterCore) -> list[str]:
             problems.append(f"{what} waits for nothing")
     if frameworks_total != agents_total:
         problems.append(f"frameworks hold {frameworks_total}, agents lend {agents_total}")
+    # The health check reads agents in this order and stops at the first not silent.
+    order = list(master._by_last_seen)
+    if sorted(order) != sorted(master.agents):
+        problems.append("the agents by last heard from are not the agents")
+    elif [master.agents[a].last_seen for a in order] != sorted(
+        master.agents[a].last_seen for a in order
+    ):
+        problems.append("the agents by last heard from are out of order")
     return problems

@@ -89,6 +89,7 @@ CALL_TYPES = (
     "revive",
     "suppress",
     "teardown",
+    "batch",
     "none",
     "operator_teardown",
     "operator_kill",

@@ -66,6 +66,12 @@ class FrameworkRecord:
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
     completed: deque[TaskRecord] = field(default_factory=deque)
     completed_by_id: dict[str, TaskRecord] = field(default_factory=dict)  # the newest
+    # Ended tasks pushed out of `completed` (the newest of their id) while their end is
+    # still pending (`end_pending`): their updates must still reach the framework.
+    ending: dict[str, TaskRecord] = field(default_factory=dict)
+    # Task id -> agent id -> how many of `completed` and `ending` ran there (an id may be
+    # used again, on another agent): which agents may still send updates of an ended task.
+    completed_on: dict[str, dict[str, int]] = field(default_factory=dict)
     offers: set[str] = field(default_factory=set)
     suppressed: bool = False
     disconnected_at: float | None = None

@@ -9,7 +9,7 @@ need no acknowledgement and wait for frameworks that are away.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
@@ -21,6 +21,9 @@ from mesolite.model import (
     TaskState,
     TaskStatus,
 )
+
+# A task's usual states: their updates are logged at debug (thousands a second).
+_USUAL_COURSE = frozenset({TaskState.STARTING, TaskState.RUNNING, TaskState.FINISHED})
 
 # Implicit reconciliations of one framework that may wait at once for agents
 # re-registering after a restart (the SDK sends one per subscription).
@@ -38,7 +41,7 @@ class StatusUpdateHandling(MasterCore):
         agent = self.agents.get(agent_id)
         if agent is None:
             return
-        agent.last_seen = self._clock()
+        self._heard_from(agent)
         if problem := self._foreign_update(agent_id, status):
             log.warning(
                 "status update refused",
@@ -63,7 +66,8 @@ class StatusUpdateHandling(MasterCore):
                 if status.update_id not in task.applied_updates:
                     task.applied_updates.add(status.update_id)
                     task.status = status
-                    task.end_pending = not status.state.is_terminal
+                    if status.state.is_terminal and framework is not None:
+                        self._end_delivered(framework, task)
             elif task is None or status.update_id not in task.applied_updates:
                 # Nobody is left to acknowledge it: do so, so the agent stops retrying.
                 self._acknowledge_here(agent, status, "update for an unknown task")
@@ -101,7 +105,10 @@ class StatusUpdateHandling(MasterCore):
     def _apply(self, agent_id: str, task: TaskRecord, status: TaskStatus) -> None:
         task.applied_updates.add(status.update_id)
         task.status = status
-        log.info(
+        self.activity.updates[status.state.value] += 1
+        # The usual course at debug (counted for the activity line); anything else at info.
+        logged = log.debug if status.state in _USUAL_COURSE else log.info
+        logged(
             "task status",
             framework_id=status.framework_id,
             agent_id=agent_id,
@@ -127,13 +134,12 @@ class StatusUpdateHandling(MasterCore):
         if framework is None:
             return None  # acknowledged below, so the agent stops re-sending it
         task = framework.tasks.get(status.task_id)
+        placed: Collection[str]
         if task is not None:
-            placed = {task.agent_id}
-        elif status.task_id in framework.completed_by_id:
-            # Ended: a task id may have been used again, on another agent.
-            placed = {t.agent_id for t in framework.completed if t.spec.task_id == status.task_id}
+            placed = (task.agent_id,)
         else:
-            placed = set()
+            # Ended: a task id may have been used again, on another agent.
+            placed = framework.completed_on.get(status.task_id, ())
         if placed and agent_id not in placed:
             return f"the task was placed on agent {', '.join(sorted(placed))}"
         return None
@@ -303,7 +309,20 @@ class StatusUpdateHandling(MasterCore):
 
     def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
         """The newest ended task with this id (a task id may be used again)."""
-        return framework.completed_by_id.get(task_id)
+        return framework.completed_by_id.get(task_id) or framework.ending.get(task_id)
+
+    def _end_delivered(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        """A task ended early has had its end applied (from its agent, or made by the
+        master when the agent went away): nothing more of it is waited for."""
+        task.end_pending = False
+        task_id = task.spec.task_id
+        if framework.ending.get(task_id) is task:
+            # Back into the history, newest (the framework acknowledges the end next),
+            # unless its id has been used again since.
+            del framework.ending[task_id]
+            _forget_placement(framework, task)
+            if task_id not in framework.completed_by_id and task_id not in framework.tasks:
+                self._remember_completed(framework, task)
 
     def _end_early(self, task: TaskRecord, state: TaskState) -> None:
         """The agent says the task ended, but its end update is still queued behind
@@ -326,10 +345,18 @@ class StatusUpdateHandling(MasterCore):
             task.spec = dataclasses.replace(spec, command="", environment={})
         framework.completed.append(task)
         framework.completed_by_id[spec.task_id] = task
+        on = framework.completed_on.setdefault(spec.task_id, {})
+        on[task.agent_id] = on.get(task.agent_id, 0) + 1
         while len(framework.completed) > self.config.max_completed_tasks_per_framework:
             old = framework.completed.popleft()
-            if framework.completed_by_id.get(old.spec.task_id) is old:
+            newest = framework.completed_by_id.get(old.spec.task_id) is old
+            if newest:
                 del framework.completed_by_id[old.spec.task_id]
+            if newest and old.end_pending:
+                # Its updates, the end last, are still on their way: not forgotten yet.
+                framework.ending[old.spec.task_id] = old
+            else:
+                _forget_placement(framework, old)
 
     def _terminate(self, task: TaskRecord, state: TaskState, reason: str) -> None:
         """End a task on the master's own authority and tell its framework."""
@@ -362,6 +389,15 @@ class StatusUpdateHandling(MasterCore):
             self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
         self.request_allocation()
         self._forget_if_done(framework)
+
+
+def _forget_placement(framework: FrameworkRecord, task: TaskRecord) -> None:
+    on = framework.completed_on[task.spec.task_id]
+    on[task.agent_id] -= 1
+    if not on[task.agent_id]:
+        del on[task.agent_id]
+        if not on:
+            del framework.completed_on[task.spec.task_id]
 
 
 def _over_bound(task: TaskRecord, status: TaskStatus) -> bool:

@@ -48,6 +48,7 @@ MAX_FAILOVER_TIMEOUT = 365 * 24 * 3600.0  # a year; Marathon's default is a week
 # is still applied.
 MAX_UPDATES_PER_TASK = 64
 MAX_USER = 32  # a framework's user: Linux's useradd takes no longer name
+MAX_BATCH_CALLS = 10_000  # calls in one batch message (each still bounded on its own)
 
 
 def id_problem(what: str, value: str) -> str | None:
@@ -175,6 +176,13 @@ def _environment_problem(task: str, environment: Mapping[str, str]) -> str | Non
                 f"{task}: environment variable {clip(name)} is longer than "
                 f"{MAX_ENVIRONMENT_VALUE} characters or holds a NUL"
             )
+    return None
+
+
+def batch_problem(calls: int) -> str | None:
+    """A batch of calls: not more than the bound (each call is then checked alone)."""
+    if calls > MAX_BATCH_CALLS:
+        return f"{calls} calls in one batch, more than {MAX_BATCH_CALLS}"
     return None
 
 

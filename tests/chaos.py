@@ -65,7 +65,7 @@ AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"
 AGENTS = 3
 TASK = Resources(cpus=0.5, mem=64)
 AGENT_TIMEOUT = 5.0
-HEARTBEAT_INTERVAL = 1.0  # the master's default
+HEARTBEAT_INTERVAL = 1.0  # given to the master (its default is 15 s)
 # Longer than an agent's longest reconnect backoff (10 s, agent/config.py):
 # an agent that retries only every 10 s needs more than 10 s to come back. With 5 s,
 # the first 50 runs lost tasks of agents that were up but between two retries.
@@ -205,6 +205,8 @@ class Chaos:
             work_dir,
             "--agent-timeout",
             str(AGENT_TIMEOUT),
+            "--agent-heartbeat-interval",
+            str(HEARTBEAT_INTERVAL),
             "--agent-reregister-timeout",
             str(REREGISTER_TIMEOUT),
             "--allocation-interval",

@@ -319,7 +319,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=MASTER.agent_timeout,
         metavar="S",
-        help="remove an agent silent for this long",
+        help="remove an agent silent for this long (Mesos: 5 missed pings)",
+    )
+    m.add_argument(
+        "--agent-heartbeat-interval",
+        type=_positive,
+        default=MASTER.agent_heartbeat_interval,
+        metavar="S",
+        help="how often agents heartbeat (the master tells them when they register)",
     )
     m.add_argument(
         "--weights",
@@ -480,6 +487,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     _add_certs(sub)
+
+    bench = sub.add_parser(
+        "bench",
+        help="load a master with simulated agents and frameworks (mesolite bench --help)",
+        add_help=False,  # its own parser, mesolite/lab/bench, reads everything after it
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
 
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)

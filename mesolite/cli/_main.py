@@ -51,6 +51,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str] | None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["bench"]:  # its own parser reads the rest (--help too)
+        from mesolite.lab.bench import main as bench
+
+        return bench(raw[1:])
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return show(args)
@@ -79,6 +84,7 @@ async def _until_signalled() -> None:
 
 async def _run_master(args: argparse.Namespace) -> int:
     from mesolite.master.acl import AclError
+    from mesolite.master.config import heartbeat_problem
     from mesolite.master.master import MasterConfig
     from mesolite.master.registry import RegistryError
     from mesolite.master.role_config import RolesConfigError
@@ -89,11 +95,15 @@ async def _run_master(args: argparse.Namespace) -> int:
     except TlsError as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         return 2
+    if problem := heartbeat_problem(args.agent_heartbeat_interval, args.agent_timeout):
+        print(f"mesolite master: {problem}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     config = MasterConfig(
         allocation_interval=args.allocation_interval,
         offer_timeout=args.offer_timeout,
         agent_timeout=args.agent_timeout,
+        agent_heartbeat_interval=args.agent_heartbeat_interval,
         weights=args.weights,
         roles_file=args.roles,
         acls_file=args.acls,

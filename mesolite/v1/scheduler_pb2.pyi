@@ -149,16 +149,22 @@ class Call(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         FRAMEWORK_INFO_FIELD_NUMBER: _builtins.int
+        BATCHES_FIELD_NUMBER: _builtins.int
+        batches: _builtins.bool
+        """The framework reads Event.batch: the master may then send several events in
+        one message (it does when more than one is waiting to be written).
+        """
         @_builtins.property
         def framework_info(self) -> Global___FrameworkInfo: ...
         def __init__(
             self,
             *,
             framework_info: Global___FrameworkInfo | None = ...,
+            batches: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["framework_info", b"framework_info"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_info", b"framework_info"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "framework_info", b"framework_info"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -313,6 +319,29 @@ class Call(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Batch(_message.Message):
+        """Several calls in one message, handled in order as if each came alone (each with
+        its own call_id). Only after the master said Subscribed.batches; never a
+        subscribe or another batch; at most 10,000 calls.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CALLS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Call]: ...
+        def __init__(
+            self,
+            *,
+            calls: _abc.Iterable[Global___Call] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     CALL_ID_FIELD_NUMBER: _builtins.int
     SUBSCRIBE_FIELD_NUMBER: _builtins.int
     ACCEPT_FIELD_NUMBER: _builtins.int
@@ -323,6 +352,7 @@ class Call(_message.Message):
     REVIVE_FIELD_NUMBER: _builtins.int
     SUPPRESS_FIELD_NUMBER: _builtins.int
     TEARDOWN_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Echoed in an ERROR event caused by this call."""
     @_builtins.property
@@ -343,6 +373,8 @@ class Call(_message.Message):
     def suppress(self) -> Global___Call.Suppress: ...
     @_builtins.property
     def teardown(self) -> Global___Call.Teardown: ...
+    @_builtins.property
+    def batch(self) -> Global___Call.Batch: ...
     def __init__(
         self,
         *,
@@ -356,12 +388,13 @@ class Call(_message.Message):
         revive: Global___Call.Revive | None = ...,
         suppress: Global___Call.Suppress | None = ...,
         teardown: Global___Call.Teardown | None = ...,
+        batch: Global___Call.Batch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "call", b"call", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "call", b"call", "call_id", b"call_id", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "call_id", b"call_id", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["subscribe", "accept", "decline", "kill", "acknowledge", "reconcile", "revive", "suppress", "teardown"]  # noqa: Y015
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["subscribe", "accept", "decline", "kill", "acknowledge", "reconcile", "revive", "suppress", "teardown", "batch"]  # noqa: Y015
     _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
 
@@ -377,17 +410,21 @@ class Event(_message.Message):
 
         FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
         HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _builtins.int
+        BATCHES_FIELD_NUMBER: _builtins.int
         framework_id: _builtins.str
         heartbeat_interval_seconds: _builtins.float
+        batches: _builtins.bool
+        """The master reads Call.batch (and, if the framework asked, sends batches)."""
         def __init__(
             self,
             *,
             framework_id: _builtins.str = ...,
             heartbeat_interval_seconds: _builtins.float = ...,
+            batches: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_id", b"framework_id", "heartbeat_interval_seconds", b"heartbeat_interval_seconds"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "framework_id", b"framework_id", "heartbeat_interval_seconds", b"heartbeat_interval_seconds"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -526,6 +563,28 @@ class Event(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Batch(_message.Message):
+        """Several events in one message, in order (only to a framework that asked for
+        them with Subscribe.batches; never a subscribed or another batch).
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        EVENTS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]: ...
+        def __init__(
+            self,
+            *,
+            events: _abc.Iterable[Global___Event] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
     OFFERS_FIELD_NUMBER: _builtins.int
     RESCIND_FIELD_NUMBER: _builtins.int
@@ -534,6 +593,7 @@ class Event(_message.Message):
     ERROR_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     RECONCILED_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___Event.Subscribed: ...
     @_builtins.property
@@ -550,6 +610,8 @@ class Event(_message.Message):
     def heartbeat(self) -> Global___Event.Heartbeat: ...
     @_builtins.property
     def reconciled(self) -> Global___Event.Reconciled: ...
+    @_builtins.property
+    def batch(self) -> Global___Event.Batch: ...
     def __init__(
         self,
         *,
@@ -561,12 +623,13 @@ class Event(_message.Message):
         error: Global___Event.Error | None = ...,
         heartbeat: Global___Event.Heartbeat | None = ...,
         reconciled: Global___Event.Reconciled | None = ...,
+        batch: Global___Event.Batch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat", "reconciled"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat", "reconciled", "batch"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -27,6 +27,7 @@ from tests.support.fakes import FakeTimers, RecordingPeer
 CONFIG = MasterConfig(
     allocation_interval=1.0,
     offer_timeout=30.0,
+    agent_heartbeat_interval=1.0,
     agent_timeout=10.0,
     agent_reregister_timeout=60.0,
     check_invariants=True,
