@@ -6,7 +6,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-fast lint protos schema clean mutation
+.PHONY: demo test test-fast lint protos schema sdk-reference clean mutation
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -27,6 +27,7 @@ test-fast: $(STAMP)
 lint: $(STAMP)
 	$(PY) scripts/gen_protos.py --check
 	$(PY) scripts/gen_state_schema.py --check
+	$(PY) scripts/gen_sdk_reference.py --check
 	$(PY) -m ruff check .
 	$(PY) -m mypy
 	$(VENV)/bin/lint-imports
@@ -49,6 +50,9 @@ protos: $(STAMP)
 
 schema: $(STAMP)
 	$(PY) scripts/gen_state_schema.py
+
+sdk-reference: $(STAMP)
+	$(PY) scripts/gen_sdk_reference.py
 
 clean:
 	rm -rf $(VENV) work-dirs build *.egg-info mutants mutants.log

@@ -7,6 +7,7 @@ or as ``async with Agent(config) as agent:`` to run it in the background.
 from mesolite.agent.agent import Agent
 from mesolite.agent.config import AgentConfig
 from mesolite.agent.errors import AgentError, AgentRegistrationError
+from mesolite.agent.gc_policy import GcConfig
 from mesolite.agent.isolation import IsolationConfig, IsolationMode
 from mesolite.agent.resources import detect_resources
 from mesolite.agent.tasks import TaskRunner, TaskTransition
@@ -18,6 +19,7 @@ __all__ = [
     "AgentError",
     "AgentRegistrationError",
     "Backoff",
+    "GcConfig",
     "IsolationConfig",
     "IsolationMode",
     "TaskRunner",

@@ -41,6 +41,7 @@ from mesolite.model import StatusSource, TaskState, TaskStatus
 log = structlog.get_logger(__name__)
 
 JOURNAL_FILE = "status_updates.jsonl"
+PRIVATE_MODE = 0o600  # the agent's alone: tasks run as other users on the same machine
 _COMPACT_AT = 256  # records; and whenever they are more than twice the pending updates
 
 
@@ -112,7 +113,7 @@ class UpdateJournal:
             return
         created = not self.path.exists()
         data = b"".join(json.dumps(_record_to_json(r)).encode() + b"\n" for r in records)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_MODE)
         try:
             os.write(fd, data)
             os.fsync(fd)
@@ -130,7 +131,8 @@ class UpdateJournal:
         """Rewrite the file with only the pending updates."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         pending = self.pending
-        with open(tmp, "wb") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_MODE)
+        with open(fd, "wb") as f:
             for update in pending:
                 f.write(json.dumps(_record_to_json(update)).encode() + b"\n")
             f.flush()

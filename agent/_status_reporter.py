@@ -112,7 +112,8 @@ class StatusReporter:
             source=StatusSource.AGENT,
             reason=reason,
         )
-        log.info(
+        # Per update at debug: the task runner logs each transition at info.
+        log.debug(
             "status update",
             agent_id=self._agent_id(),
             framework_id=framework_id,
@@ -139,7 +140,7 @@ class StatusReporter:
         if acked is None:
             bound.info("acknowledgement for no pending update ignored")
             return None
-        bound.info("status update acknowledged", state=acked.state.value)
+        bound.debug("status update acknowledged", state=acked.state.value)
         # Not waited for: a lost ack record only means one re-send after a restart.
         self._writer.submit(Ack(ack.framework_id, ack.task_id, ack.update_id))
         run_id = self._run_of_update.pop(ack.update_id, "")

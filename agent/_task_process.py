@@ -3,16 +3,18 @@ it and re-attach; wait for it and read how it ended; kill it. Which tasks exist,
 what becomes of their transitions, is the task runner's business (`agent/tasks.py`).
 
 A task is ``/bin/sh -c <command>`` run by a task wrapper (`agent._task_wrapper`)
-that the agent starts in a new session: the wrapper leads the task's process
-group, puts the command into the task's container (`agent/isolation.py`: its
-cgroup, limits and user) before it executes, and writes the command's exit
-status to the task's records directory (`exit.json`), so the status survives
-the agent. A kill is SIGTERM to the group, then, after the grace period,
-SIGKILL to everything in the container. Whenever a run ends, what is left in
-its container is killed, its cgroup's figures read (a memory-limit kill makes
-the task FAILED with REASON_CONTAINER_LIMITATION_MEMORY) and the cgroup
-removed. A process killed by signal N reports exit code 128 + N, as a shell
-would.
+in a new session, forked by the agent's supervisor (`agent/_supervisor.py`, reached
+through `agent/_supervisor_client.py`), which outlives the agent: the wrapper leads
+the task's process group, puts the command into the task's container
+(`agent/isolation.py`: its cgroup, limits and user) before it executes, and writes
+the command's exit status to the task's records directory (`exit.json`), so the
+status survives the agent. The agent hears of the wrapper's end from the
+supervisor, or, if the supervisor went away meanwhile, waits for it with a pidfd.
+A kill is SIGTERM to the group, then, after the grace period, SIGKILL to
+everything in the container. Whenever a run ends, what is left in its container is
+killed, its cgroup's figures read (a memory-limit kill makes the task FAILED with
+REASON_CONTAINER_LIMITATION_MEMORY) and the cgroup removed. A process killed by
+signal N reports exit code 128 + N, as a shell would.
 """
 
 from __future__ import annotations
@@ -25,37 +27,43 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO, Any
 
 import structlog
 
 from mesolite.agent import _task_wrapper
-from mesolite.agent._checkpoint import read_json
+from mesolite.agent._cgroups import CgroupStats
+from mesolite.agent._checkpoint import read_json, write_json_atomically
 from mesolite.agent._procs import (
     find_process,
     is_alive,
     process_start_time,
     signal_group,
     wait_for_exit,
-    wait_readable,
 )
+from mesolite.agent._supervisor_client import Spawned, SupervisorClient, SupervisorGone
 from mesolite.agent._task_env import task_environment
 from mesolite.agent._task_records import (
+    CHECKPOINT_FILE,
     EXIT_FILE,
     WRAPPER_FILE,
     TaskRun,
     TaskTransition,
+    checkpoint_record,
     describe_exit,
+    off_loop,
     prepare_records,
     prepare_sandbox,
     returncode_of,
     write_checkpoint,
 )
-from mesolite.agent.isolation import Isolator
+from mesolite.agent.errors import AgentError
+from mesolite.agent.isolation import Container, Isolator, TaskUser, TaskUserError
 from mesolite.model import TaskState
 
 log = structlog.get_logger("mesolite.agent.tasks")
 
-# Run by path with -I: fast to start, and no import of this package (grpc and all).
+# How agents before the supervisor ran a wrapper: found by its command line on recovery.
 _WRAPPER = Path(_task_wrapper.__file__).absolute()
 
 
@@ -73,11 +81,13 @@ class TaskProcesses:
         shell: str,
         kill_grace_period: float,
         isolator: Isolator,
+        supervisor: SupervisorClient,
     ) -> None:
         self._report = report
         self._shell = shell
         self._grace = kill_grace_period
         self._isolator = isolator
+        self._supervisor = supervisor
 
     async def run(self, t: TaskRun) -> TaskTransition:
         """Run `t` to its end, or, recovered, watch it to its end; returns how it ended."""
@@ -86,10 +96,11 @@ class TaskProcesses:
         except Exception:
             await self._end_container(t)  # the run is given up: nothing of it lives on
             raise
-        # Also for a run that ended before its wrapper did (killed before it started,
-        # or the wrapper could not start): no cgroup is left behind. (After
-        # `_outcome` it is gone already.)
-        await self._end_container(t)
+        if not t.exited.is_set():
+            # A run that ended before its wrapper did (killed before it started, or the
+            # wrapper could not start): no cgroup is left behind. (Once the wrapper
+            # ended, `_outcome` removed it.)
+            await self._end_container(t)
         return final
 
     @staticmethod
@@ -104,86 +115,120 @@ class TaskProcesses:
                 container.kill(wrapper)
             container.clean_up()
 
-        await asyncio.to_thread(end)
+        await off_loop(end)
 
     async def _execute(self, t: TaskRun) -> TaskTransition:
         """Run the task to its end and return its terminal transition."""
         try:
-            await asyncio.to_thread(prepare_records, t.records)
-            stdout, stderr = await asyncio.to_thread(
-                prepare_sandbox, t.sandbox, self._isolator.user
+            # Only a framework's own user is looked up (the user database may block).
+            if t.user:
+                user = await asyncio.to_thread(self._isolator.user_for, t.user)
+            else:
+                user = self._isolator.user_for(t.user)
+        except TaskUserError as e:
+            log.warning(
+                "cannot run a task as its framework's user",
+                framework_id=t.framework_id,
+                task_id=t.spec.task_id,
+                user=t.user,
+                reason=str(e),
             )
-        except OSError as e:
-            return t.transition(TaskState.FAILED, f"could not create the sandbox: {e}")
-        t.sandbox_ready = True
+            return t.transition(TaskState.FAILED, str(e))
         try:
-            try:
-                t.container = await asyncio.to_thread(
-                    self._isolator.create, t.run_id, t.spec.resources
-                )
-            except OSError as e:
-                log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
-                return t.transition(TaskState.FAILED, f"could not set up the task's cgroup: {e}")
-            # Before the wrapper exists: a restarted agent then knows the run
-            # never got going (and which cgroup it had), rather than finding nothing.
-            await write_checkpoint(t)
+            stdout, stderr, container = await off_loop(self._set_up, t, user)
+        except _SetUpFailed as e:
+            t.sandbox_ready = e.sandbox_ready
+            return t.transition(TaskState.FAILED, str(e))
+        t.sandbox_ready = True
+        t.container = container
+        try:
             if t.kill_requested:
                 return t.transition(TaskState.KILLED, "killed before it started")
-            ready_read, ready_write = os.pipe()
             try:
-                t.process = await asyncio.create_subprocess_exec(
-                    *self._wrapper_argv(t),
-                    "--ready-fd",
-                    str(ready_write),
-                    *t.container.wrapper_args(),
-                    "--",
-                    self._shell,
-                    "-c",
-                    t.spec.command,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
-                    cwd=t.sandbox,
+                spawned = await self._supervisor.launch(
+                    records=t.records,
+                    options=container.wrapper_args(),
+                    argv=[self._shell, "-c", t.spec.command],
                     env=self._environment(t),
-                    start_new_session=True,
-                    pass_fds=(ready_write,),
+                    cwd=t.sandbox,
+                    fds=(stdout.fileno(), stderr.fileno()),
                 )
-            except BaseException:
-                os.close(ready_read)
-                raise
-            finally:
-                os.close(ready_write)
-        except (OSError, ValueError) as e:
+            except SupervisorGone as e:
+                return await self._adopt(t, None, e)
+        except (OSError, ValueError, AgentError) as e:
             return t.transition(TaskState.FAILED, f"could not start the command: {e}")
         finally:
             stdout.close()
             stderr.close()
-        # Our unreaped child, so its /proc entry is there to read.
-        t.start_time = process_start_time(t.process.pid)
+        t.wrapper_pid = spawned.pid
         try:
-            # The pid on disk at once: a restarted agent must find the wrapper.
-            await write_checkpoint(t)
-        except BaseException:
-            os.close(ready_read)
-            raise
-        ready = await _wait_ready(ready_read)
+            # The wrapper records its pid, then starts the command and says so.
+            command = await spawned.ready
+        except SupervisorGone as e:
+            return await self._adopt(t, spawned, e)
         # Only now may a kill signal the group: before its handlers are in place,
         # a SIGTERM would end the wrapper before it could record anything.
-        t.pid = t.process.pid
-        if ready:
+        t.pid, t.start_time = spawned.pid, spawned.start_time
+        if command is not None:
             t.started = time.time()
             t.state = t.live_state = TaskState.RUNNING
-            await write_checkpoint(t)
+            await write_checkpoint(t, durable=False)  # its pid: no use after a crash
             log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
             self._report(t.transition(TaskState.RUNNING))
             if t.kill_requested:
                 self._start_escalation(t)
-        returncode = await t.process.wait()
+        status = await spawned.exited
+        if status is None:  # the supervisor went away: the wrapper is nobody's child now
+            await wait_for_exit(spawned.pid, spawned.start_time)
         t.exited.set()
+        returncode = os.waitstatus_to_exitcode(status) if status is not None else None
         return await self._outcome(t, returncode, ended_while_down=False)
 
-    async def _watch(self, t: TaskRun) -> TaskTransition:
-        """A recovered task: wait for its wrapper if it still runs; return how it ended."""
+    async def _adopt(
+        self, t: TaskRun, spawned: Spawned | None, gone: SupervisorGone
+    ) -> TaskTransition:
+        """The supervisor went away as it started the run's wrapper: find the wrapper
+        (if it exists) as after an agent restart, and follow it to its end."""
+        log.warning(
+            "the supervisor went away as it started a task", task_id=t.spec.task_id, why=str(gone)
+        )
+        # Once it is dead, a wrapper it forked has either recorded its pid or been
+        # killed with it (PR_SET_PDEATHSIG) before its command could start.
+        await self._supervisor.wait_gone()
+        if spawned is not None:
+            t.pid, t.start_time = spawned.pid, spawned.start_time
+        return await self._watch(t, adopting=True)
+
+    def _set_up(self, t: TaskRun, user: TaskUser | None) -> tuple[IO[bytes], IO[bytes], Container]:
+        """The run's records directory, its sandbox with its stdout and stderr, and its
+        container. Blocking; raises `_SetUpFailed`."""
+        try:
+            prepare_records(t.records)
+            stdout, stderr = prepare_sandbox(t.sandbox, user)
+        except OSError as e:
+            raise _SetUpFailed(f"could not create the sandbox: {e}", sandbox_ready=False) from e
+        try:
+            container = self._isolator.create(t.run_id, t.spec.resources, user)
+        except OSError as e:
+            stdout.close()
+            stderr.close()
+            log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
+            why = f"could not set up the task's cgroup: {e}"
+            raise _SetUpFailed(why, sandbox_ready=True) from e
+        # Before the wrapper exists: a restarted agent then knows the run never got
+        # going (and which cgroup it had), rather than finding nothing. Written here,
+        # without `write_checkpoint`'s lock: until the run has a pid nothing else writes.
+        try:
+            write_json_atomically(
+                t.records / CHECKPOINT_FILE, checkpoint_record(t, None, container)
+            )
+        except OSError as e:
+            log.warning("could not write checkpoint", task_id=t.spec.task_id, error=str(e))
+        return stdout, stderr, container
+
+    async def _watch(self, t: TaskRun, *, adopting: bool = False) -> TaskTransition:
+        """A recovered task (or, `adopting`, one whose supervisor went away as it
+        started): wait for its wrapper if it still runs; return how it ended."""
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
         if t.pid is None:
             # The agent died before checkpointing the pid: the wrapper may have
@@ -193,6 +238,9 @@ class TaskProcesses:
             if found is None:
                 if t.kill_requested:
                     return t.transition(TaskState.KILLED, "killed before it started")
+                if adopting:
+                    why = "could not start the command: the supervisor stopped before it did"
+                    return t.transition(TaskState.FAILED, why)
                 return t.transition(TaskState.LOST, "the agent stopped before the task could start")
             t.pid, t.start_time = found
             bound = bound.bind(pid=t.pid)
@@ -211,6 +259,8 @@ class TaskProcesses:
             t.exited.set()
             return await self._outcome(t, None, ended_while_down=False)
         t.exited.set()
+        if adopting:
+            return await self._outcome(t, None, ended_while_down=False)
         bound.info("the task ended while the agent was down")
         return await self._outcome(t, None, ended_while_down=True)
 
@@ -224,6 +274,13 @@ class TaskProcesses:
             if wrapper is not None:
                 return int(wrapper["pid"]), int(wrapper["start_time"])
             # Not written yet: is the wrapper running, still on its way to writing it?
+            # Forked by the supervisor, which listed its wrappers when this agent
+            # connected (after carrying out what the last agent had asked)...
+            listed = self._supervisor.wrapper_of(t.records)
+            if listed is not None:
+                log.info("found the wrapper of a task caught starting", task_id=t.spec.task_id)
+                return listed
+            # ...or, started by an agent from before the supervisor, by its command line.
             pid = await asyncio.to_thread(find_process, self._wrapper_argv(t))
             if pid is None:
                 return None
@@ -235,6 +292,7 @@ class TaskProcesses:
 
     @staticmethod
     def _wrapper_argv(t: TaskRun) -> list[str]:
+        """How agents before the supervisor started a wrapper."""
         return [sys.executable, "-I", str(_WRAPPER), str(t.records)]
 
     async def _outcome(
@@ -242,19 +300,8 @@ class TaskProcesses:
     ) -> TaskTransition:
         """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
         assert t.pid is not None
-        try:
-            record = await asyncio.to_thread(read_json, t.records / EXIT_FILE)
-        except (OSError, ValueError) as e:
-            log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
-            record = None
+        record, stats = await off_loop(self._end_of, t)
         returncode = returncode_of(record)
-        wrapper_cleaned_up = record is not None and (returncode is not None or "error" in record)
-        # Unless the wrapper ended its process group itself, do it for it; but not
-        # when the pid names a live process again (then the group is not ours).
-        if not wrapper_cleaned_up and process_start_time(t.pid) is None:
-            signal_group(t.pid, signal.SIGKILL)
-        # Whatever the command left (a setsid child, a double fork) ends with it.
-        stats = await asyncio.to_thread(t.container.clean_up) if t.container else None
         limitation = t.container.limitation(stats) if t.container else None
         if record is not None and "error" in record:
             return t.transition(TaskState.FAILED, f"could not start the command: {record['error']}")
@@ -284,8 +331,27 @@ class TaskProcesses:
             return t.transition(TaskState.KILLED, f"killed on request: {why}")
         return t.transition(TaskState.FAILED, why)
 
+    @staticmethod
+    def _end_of(t: TaskRun) -> tuple[dict[str, Any] | None, CgroupStats | None]:
+        """The wrapper's `exit.json`, and the container's last figures once whatever the
+        command left behind is killed and the container removed. Blocking."""
+        assert t.pid is not None
+        try:
+            record = read_json(t.records / EXIT_FILE)
+        except (OSError, ValueError) as e:
+            log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
+            record = None
+        returncode = returncode_of(record)
+        wrapper_cleaned_up = record is not None and (returncode is not None or "error" in record)
+        # Unless the wrapper ended its process group itself, do it for it; but not
+        # when the pid names a live process again (then the group is not ours).
+        if not wrapper_cleaned_up and process_start_time(t.pid) is None:
+            signal_group(t.pid, signal.SIGKILL)
+        # Whatever the command left (a setsid child, a double fork) ends with it.
+        return record, t.container.clean_up() if t.container else None
+
     def _environment(self, t: TaskRun) -> dict[str, str]:
-        user = self._isolator.user
+        user = t.container.user if t.container is not None else None
         return task_environment(
             os.environ,
             task_env=t.spec.environment,
@@ -330,20 +396,17 @@ class TaskProcesses:
             bound.warning("task outlived its grace period; sending SIGKILL", grace=self._grace)
             t.sigkilled = True
             if t.container is not None:
-                await asyncio.to_thread(t.container.kill, pid)
+                await off_loop(t.container.kill, pid)
             else:
                 signal_group(pid, signal.SIGKILL)
 
 
-async def _wait_ready(fd: int) -> bool:
-    """Whether the wrapper said on `fd` that the command runs; closes `fd`."""
-    try:
-        await wait_readable(fd)
-        return bool(os.read(fd, 64))
-    except BlockingIOError:
-        return False
-    finally:
-        os.close(fd)
+class _SetUpFailed(AgentError):
+    """A run's sandbox or container could not be set up; the message says which."""
+
+    def __init__(self, message: str, *, sandbox_ready: bool) -> None:
+        super().__init__(message)
+        self.sandbox_ready = sandbox_ready
 
 
 def _own_user() -> str:

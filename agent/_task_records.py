@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import os
 import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import structlog
 
@@ -36,10 +38,13 @@ from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 
 log = structlog.get_logger(__name__)
+R = TypeVar("R")
 
 CHECKPOINT_FILE = "task.json"
 RECORDS_DIR = "meta"  # under the work dir, beside "sandboxes"
 SANDBOXES_DIR = "sandboxes"
+SANDBOX_PARENT_MODE = 0o711  # sandboxes/ and sandboxes/<framework_id>/: pass, never list
+SANDBOX_MODE = 0o700  # a sandbox: its task's user's alone
 EXIT_FILE = _task_wrapper.EXIT_FILE
 WRAPPER_FILE = _task_wrapper.WRAPPER_FILE
 
@@ -74,10 +79,11 @@ class TaskRun:
     sandbox: Path
     run_id: str
     records: Path  # task.json, exit.json, wrapper.json: the agent's, not the task's
+    user: str = ""  # its framework's user, as the launch named it ("": the task user)
     state: TaskState = TaskState.STARTING
     live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
-    process: asyncio.subprocess.Process | None = None  # only when this agent started it
-    pid: int | None = None  # the wrapper's, which is also the process group id
+    wrapper_pid: int | None = None  # as soon as this agent's supervisor forked it
+    pid: int | None = None  # the wrapper's (also its group's), once a kill may signal it
     start_time: int | None = None  # the wrapper's, in clock ticks since boot
     started: float = 0.0
     kill_requested: bool = False
@@ -159,16 +165,21 @@ def prepare_records(records: Path) -> None:
 
 
 def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], IO[bytes]]:
-    """The sandbox, owned by `owner` if given, and its fresh stdout and stderr files.
+    """The sandbox, owned by `owner` if given, 0700, and its fresh stdout and stderr files.
 
-    The directories above it stay the agent's (0755). The agent writes into a
-    directory its task owns, so it never follows what the task may have left
-    there: stdout and stderr are unlinked and created anew, never opened through
-    a link.
+    The directories above it (``sandboxes/`` and ``sandboxes/<framework_id>/``) stay
+    the agent's, 0711: a task reaches its own sandbox through them but can list
+    neither, and another user's sandbox it can neither list nor read. The agent
+    writes into a directory its task owns, so it never follows what the task may
+    have left there: stdout and stderr are unlinked and created anew, never opened
+    through a link.
     """
     for directory in (sandbox.parent.parent, sandbox.parent):
-        directory.mkdir(mode=0o755, parents=True, exist_ok=True)
-    sandbox.mkdir(mode=0o755, exist_ok=True)
+        directory.mkdir(mode=SANDBOX_PARENT_MODE, parents=True, exist_ok=True)
+        os.chmod(directory, SANDBOX_PARENT_MODE)  # also when an older agent made it 0755
+    sandbox.mkdir(mode=SANDBOX_MODE, exist_ok=True)
+    # Its owner may loosen it; the agent sets it again at each launch.
+    os.chmod(sandbox, SANDBOX_MODE)
     if owner is not None:
         os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
     files: list[IO[bytes]] = []
@@ -189,7 +200,11 @@ def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], I
     return files[0], files[1]
 
 
-def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any]:
+def checkpoint_record(
+    t: TaskRun, final: TaskTransition | None, container: Container | None = None
+) -> dict[str, Any]:
+    """`t` as its `task.json` holds it (with `container`, if given, as its container)."""
+    container = container or t.container
     record: dict[str, Any] = {
         "framework_id": t.framework_id,
         "task": {
@@ -201,14 +216,15 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
             "environment": t.spec.environment,
         },
         "run_id": t.run_id,
-        "pid": t.process.pid if t.process is not None else t.pid,
+        "user": t.user,
+        "pid": t.pid,
         "pid_start_time": t.start_time,
         "started": t.started,
         "state": t.state.value,
         "killing": t.kill_requested,
     }
-    if t.container is not None:
-        record["container"] = t.container.record()
+    if container is not None:
+        record["container"] = container.record()
     if final is not None:
         record.update(
             state=final.state.value,
@@ -221,14 +237,33 @@ def checkpoint_record(t: TaskRun, final: TaskTransition | None) -> dict[str, Any
     return record
 
 
-async def write_checkpoint(t: TaskRun, final: TaskTransition | None = None) -> None:
-    """Write the run's `task.json` as of now (with `final`, as ended)."""
+# Per-task file work (sandboxes, cgroups, fsynced checkpoints), on threads of its own so
+# that it never queues behind the rest of the agent's blocking calls. Eight: more wait on
+# fsyncs together no faster here, and cost CPU in switching (32 doubled the agent's CPU
+# per task for the same tasks per second, scripts/bench_task_starts.py).
+_IO_THREADS = 8
+_io = ThreadPoolExecutor(max_workers=_IO_THREADS, thread_name_prefix="mesolite-task-io")
+
+
+async def off_loop(fn: Callable[..., R], *args: Any) -> R:
+    """`fn(*args)` on the task I/O threads (as `asyncio.to_thread`, context and all)."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_io, context.run, fn, *args)
+
+
+async def write_checkpoint(
+    t: TaskRun, final: TaskTransition | None = None, *, durable: bool = True
+) -> None:
+    """Write the run's `task.json` as of now (with `final`, as ended). Not `durable`:
+    whole but not fsynced, for what only matters while the task's processes live (its
+    pid), which a crash of the machine ends too."""
     # One writer at a time per task, each writing the state as of its turn,
     # so an older view can never land after a newer one.
     async with t.checkpoint_lock:
         record = checkpoint_record(t, final)
+        write = write_json_atomically if durable else _task_wrapper.write_json_whole
         try:
-            await asyncio.to_thread(write_json_atomically, t.records / CHECKPOINT_FILE, record)
+            await off_loop(write, t.records / CHECKPOINT_FILE, record)
         except OSError as e:
             # The task itself is unaffected; only recovery would know less.
             log.warning(
@@ -269,6 +304,7 @@ def task_from_checkpoint(records: Path, sandbox: Path, record: dict[str, Any]) -
         sandbox,
         _str(record.get("run_id", "")),
         records,
+        user=_str(record.get("user", "")),
         state=TaskState(record["state"]),
         pid=pid,
         start_time=start_time,

@@ -8,8 +8,9 @@ cannot wait for them and would never learn their exit status. The wrapper can:
 it is the command's parent, outlives the agent, and leaves the status on disk,
 in RECORDS (the task's records directory, which only the agent can read).
 
-* The agent starts the wrapper as the leader of a new session and process
-  group; the command is the wrapper's child in that same group, so a kill of
+* The agent's supervisor (`agent/_supervisor.py`) forks the wrapper and calls `run`
+  in it, as the leader of a new session and process group (it can also be run by
+  path, as above); the command is the wrapper's child in that same group, so a kill of
   the group reaches both.
 * Between fork and exec, the command (not the wrapper) joins each ``--cgroup``
   DIR (the task's cgroup: one directory in cgroup v2, one per hierarchy in v1),
@@ -20,7 +21,8 @@ in RECORDS (the task's records directory, which only the agent can read).
   forwarded to the command, so the SIGTERM, grace, SIGKILL kill path behaves
   the same whoever signals.
 * With ``--ready-fd FD``, once its handlers are installed and the command has
-  been started, it writes the command's pid to FD and closes it. Until then a
+  been started, it writes a line to FD, the command's pid and its own, and closes
+  it. Until then a
   SIGTERM would kill the wrapper before it could record anything, so the agent
   waits for this before it reports TASK_RUNNING or signals the task. End of
   file without a pid means the command could not be started.
@@ -37,20 +39,22 @@ in RECORDS (the task's records directory, which only the agent can read).
   is on disk by then.
 
 Standard library (and `mesolite.files`, itself standard library only) and no
-asyncio: it starts in tens of milliseconds and depends on nothing the agent
-might break. The agent runs it by path with ``python -I`` so that importing it
-does not import the agent's package; for the same reason the few primitives the
-agent shares with it (`kill_cgroup`, `descendants`) live here.
+asyncio: it depends on nothing the agent might break, and the supervisor, which
+imports it without the agent's package (grpc and all), stays small to fork; for the
+same reason the few primitives the agent shares with it (`kill_cgroup`,
+`descendants`) live here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -137,8 +141,15 @@ def run(
     argv: list[str],
     ready_fd: int | None = None,
     confinement: Confinement | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    recorded: Callable[[], object] | None = None,
 ) -> int:
-    """Run `argv` to its end, record its status in `records`; returns the wrapper's exit code."""
+    """Run `argv` to its end, record its status in `records`; returns the wrapper's exit code.
+
+    `env`: the command's environment (default: the wrapper's). `recorded` is called
+    once ``wrapper.json`` is written, before the command starts.
+    """
     confine = confinement or Confinement()
     forward = _Forwarder()
     for sig in FORWARDED_SIGNALS:
@@ -146,17 +157,19 @@ def run(
     if confine.subreaper:
         _become_subreaper()
     try:
-        write_json_atomically(
-            records / WRAPPER_FILE, {"pid": os.getpid(), "start_time": _own_start_time()}
-        )
+        _record_pid(records / WRAPPER_FILE)
     except OSError as e:
         print(f"mesolite task wrapper: could not record its pid: {e}", file=sys.stderr)
+    if recorded is not None:
+        recorded()
     record: dict[str, Any]
     try:
-        # Inherits stdin, stdout, stderr, the working directory and the environment
-        # from the agent's set-up; caught signals are reset to their defaults by exec.
+        # Inherits stdin, stdout, stderr and the working directory from the agent's
+        # set-up; caught signals are reset to their defaults by exec.
         # preexec_fn is safe here: the wrapper has one thread.
-        child = subprocess.Popen(argv, preexec_fn=confine.enter if confine.in_child else None)
+        child = subprocess.Popen(
+            argv, env=env, preexec_fn=confine.enter if confine.in_child else None
+        )
     except (OSError, subprocess.SubprocessError) as e:
         error = str(e)
         if isinstance(e, subprocess.SubprocessError):
@@ -209,16 +222,21 @@ def kill_cgroup(cgroups: Sequence[Path], *, timeout: float = _KILL_TIMEOUT) -> b
     kills every process that existed when it read the list). Blocking: at most
     `timeout` seconds.
     """
-    for cgroup in cgroups:
-        with contextlib.suppress(OSError):
-            (cgroup / "cgroup.kill").write_text("1")
-    freeze = _freezer(cgroups)
+    freeze: Callable[[], contextlib.AbstractContextManager[None]] | None = None
     deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
         pids = cgroup_pids(cgroups)
         if not pids:
             return True
+        if freeze is None:
+            # Processes are left (an empty cgroup, the common case, costs one read):
+            # the kernel's way first, where it has one, then rounds of signals.
+            for cgroup in cgroups:
+                with contextlib.suppress(OSError):
+                    (cgroup / "cgroup.kill").write_text("1")
+            freeze = _freezer(cgroups)
+            continue
         if time.monotonic() > deadline:
             return False
         with freeze():
@@ -332,7 +350,8 @@ def _become_subreaper() -> None:
 
 def _tell_ready(fd: int, pid: int) -> None:
     try:
-        os.write(fd, f"{pid}\n".encode())
+        # One write of a short line: whole even on a pipe many wrappers share.
+        os.write(fd, f"{pid} {os.getpid()}\n".encode())
     except OSError:
         pass  # the agent is gone; the task runs on regardless
     finally:
@@ -352,10 +371,24 @@ def _wait(pid: int, forward: _Forwarder) -> int:
     return status
 
 
-def _own_start_time() -> int:
-    """Field 22 of /proc/self/stat: with the pid, names this process unambiguously."""
-    with open("/proc/self/stat", "rb") as f:
+def start_time_of(pid: int) -> int:
+    """Field 22 of /proc/<pid>/stat: with the pid, names a process unambiguously."""
+    with open(f"/proc/{pid}/stat", "rb") as f:
         return int(f.read().rsplit(b")", 1)[1].split()[19])
+
+
+def _record_pid(path: Path) -> None:
+    """Write ``wrapper.json``, not fsynced: it names this live process, and is of no use
+    after a crash of the machine, which ends the process."""
+    write_json_whole(path, {"pid": os.getpid(), "start_time": start_time_of(os.getpid())})
+
+
+def write_json_whole(path: Path, record: dict[str, Any]) -> None:
+    """Replace `path` whole (temporary file, rename), without fsync: a process that dies
+    leaves the old or the new file, a machine that crashes may leave either, or none."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
 
 
 def parse_args(args: list[str]) -> tuple[Path, int | None, Confinement, list[str]] | None:

@@ -54,7 +54,7 @@ def event_from_proto(msg: agent_pb2.AgentEvent) -> Event | None:
             task = convert.task_from_proto(launch.task)
         except (InvalidResources, ValueError) as e:
             return InvalidLaunch(launch.framework_id, launch.task.task_id, str(e))
-        return LaunchTask(launch.framework_id, task)
+        return LaunchTask(launch.framework_id, task, launch.user)
     if kind == "kill_task":
         return KillTask(msg.kill_task.framework_id, msg.kill_task.task_id)
     if kind == "acknowledge":

@@ -25,17 +25,26 @@ What the master can rely on:
     the agent reconnects with jittered backoff, forever.
 
 The agent survives its own SIGKILL (Mesos' agent recovery, with checkpointing).
-Everything it needs is in its work dir:
+Everything it needs is in its work dir (0711: tasks pass through it, none lists it):
 
-    agent.json               its agent id, written once the master gave it one
-    status_updates.jsonl     updates not yet acknowledged (`agent._journal`)
+    agent.json               its agent id, written once the master gave it one (0600)
+    status_updates.jsonl     updates not yet acknowledged (`agent._journal`, 0600)
     sandboxes/<framework_id>/<task_id>/{stdout,stderr,...}
-                             one per task, owned by the task's user (`agent.tasks`)
+                             one per task, owned by the task's user, 0700, under
+                             directories tasks may pass but not list (`agent.tasks`)
     meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
                              the agent's records of each task, 0700 (`agent.tasks`)
+    gc-trash/                sandboxes and records being deleted (`agent._sandbox_gc`)
+    supervisor/{socket,supervisor.log}
+                             the supervisor that forks task wrappers and outlives the
+                             agent (`agent._supervisor`), 0700, its socket 0600
+
+The sandboxes and records of ended tasks are removed after `--gc-delay`, sooner as
+the disk fills (`agent/gc_policy.py`), never while the task is live.
 
 Each update is journaled (fsynced) before it is first sent. A task outlives
-the agent under its wrapper process, which records the command's exit status.
+the agent under its wrapper process, which records the command's exit status,
+forked by the agent's supervisor, which outlives the agent too.
 On start, before registering, the agent reads its id back, replays the journal
 and recovers its tasks (re-attaching to those still running, reporting how the
 others ended), then registers under the old id with the tasks it runs plus
@@ -58,7 +67,15 @@ import grpc.aio
 import structlog
 
 from mesolite.agent import _wire as wire
-from mesolite.agent._checkpoint import forget_agent_id, load_agent_id, save_agent_id
+from mesolite.agent._checkpoint import (
+    AGENT_FILE,
+    forget_agent_id,
+    load_agent_id,
+    save_agent_id,
+    secure_work_dir,
+)
+from mesolite.agent._journal import JOURNAL_FILE
+from mesolite.agent._sandbox_gc import SandboxGc
 from mesolite.agent._status_reporter import StatusReporter
 from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
@@ -68,7 +85,7 @@ from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
 from mesolite.model import RunningTask, TaskSpec, TaskState
-from mesolite.resources import EMPTY, Resources
+from mesolite.resources import Resources
 from mesolite.v1 import agent_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -115,6 +132,7 @@ class Agent:
             kill_grace_period=config.kill_grace_period,
             isolator=Isolator(config.isolation, self._work_dir),
         )
+        self._gc = SandboxGc(self._work_dir, config.gc, self._runner.live_keys)
         self._registered = asyncio.Event()
         self._stopping = asyncio.Event()
         self._done = asyncio.Event()
@@ -177,13 +195,19 @@ class Agent:
             total=str(self._total),
             work_dir=str(self._work_dir),
         )
+        gc: asyncio.Task[None] | None = None
         try:
             await self._recover()
+            # After recovery: the runner knows which tasks are live (never collected).
+            gc = asyncio.create_task(self._gc.run(), name="mesolite-agent-gc")
             await self._serve()
         except Exception as e:
             self._error = e
             raise
         finally:
+            if gc is not None:
+                gc.cancel()
+                await asyncio.gather(gc, return_exceptions=True)
             self._registered.clear()
             await self._runner.shutdown()
             # What the tasks' ends reported must be on disk for the next start.
@@ -219,7 +243,7 @@ class Agent:
     # Recovery: what a previous agent process left in the work dir.
 
     async def _recover(self) -> None:
-        await asyncio.to_thread(self._work_dir.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(secure_work_dir, self._work_dir, (AGENT_FILE, JOURNAL_FILE))
         self._agent_id = self._saved_agent_id = await asyncio.to_thread(
             load_agent_id, self._work_dir
         )
@@ -442,7 +466,7 @@ class Agent:
 
     def _handle(self, event: wire.Event | None) -> None:
         if isinstance(event, wire.LaunchTask):
-            self._launch(event.framework_id, event.task)
+            self._launch(event.framework_id, event.task, event.user)
         elif isinstance(event, wire.KillTask):
             log.info(
                 "kill requested by master",
@@ -467,7 +491,7 @@ class Agent:
         else:
             log.warning("unexpected event from the master ignored", event=str(event))
 
-    def _launch(self, framework_id: str, task: TaskSpec) -> None:
+    def _launch(self, framework_id: str, task: TaskSpec, user: str) -> None:
         bound = log.bind(agent_id=self._agent_id, framework_id=framework_id, task_id=task.task_id)
         if self._runner.is_active(framework_id, task.task_id):
             bound.warning("duplicate launch ignored: task is already active")
@@ -477,7 +501,7 @@ class Agent:
                 framework_id, task.task_id, TaskState.FAILED, "the agent is stopping"
             )
             return
-        used = sum((t.task.resources for t in self._runner.running_tasks()), EMPTY)
+        used = self._runner.used()
         if not self._total.contains(used + task.resources):
             reason = (
                 f"insufficient resources on agent: task needs {task.resources}, "
@@ -486,8 +510,9 @@ class Agent:
             bound.warning("launch refused", reason=reason)
             self._reporter.report(framework_id, task.task_id, TaskState.FAILED, reason)
             return
-        bound.info("launching task", resources=str(task.resources))
-        self._runner.launch(framework_id, task)
+        # At debug: the task runner logs the task starting, with its resources.
+        bound.debug("launching task", resources=str(task.resources), user=user or None)
+        self._runner.launch(framework_id, task, user)
 
 
 def _bind_agent_id(agent_id: str | None) -> None:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.agent.gc_policy import GcConfig
 from mesolite.agent.isolation import IsolationConfig
 from mesolite.backoff import Backoff
 from mesolite.resources import Resources
@@ -24,7 +25,8 @@ class AgentConfig:
     re-sending unacknowledged status updates. On `stop()` the agent kills its
     tasks (SIGTERM, then SIGKILL after `kill_grace_period`) and waits up to
     `stop_timeout` seconds for their final updates to be acknowledged.
-    `isolation` says how tasks are contained (`agent/isolation.py`).
+    `isolation` says how tasks are contained (`agent/isolation.py`); `gc` when the
+    sandboxes of ended tasks are removed (`agent/gc_policy.py`).
 
     With `tls` the agent verifies the master against `tls.ca` and authenticates with its
     certificate (its principal is the certificate's CN), or with `token` when it has no
@@ -43,5 +45,6 @@ class AgentConfig:
     registration_timeout: float = 10.0
     stop_timeout: float = 5.0
     isolation: IsolationConfig = field(default_factory=IsolationConfig)
+    gc: GcConfig = field(default_factory=GcConfig)
     tls: TlsConfig | None = None
     token: str | None = field(default=None, repr=False)

@@ -20,12 +20,17 @@ Chosen once, when the agent starts (`Isolator`), from `IsolationConfig`:
   (its wrapper SIGKILLed by someone else) escapes the kill. The agent logs a
   warning saying so when it starts, and its mode is in /state.
 
-Either way, when the agent runs as root the command runs as `task_user`
-(default ``nobody``, like Mesos' ``--switch_user`` with one user for every
-framework), in a sandbox owned by that user, with a clean environment
+Either way, when the agent runs as root (and `task_user` is set: it is unless
+``--no-switch-user``) the command runs unprivileged, as Mesos' ``--switch_user``
+has it: as its framework's user (``FrameworkInfo.user``, which the master's ACLs
+allowed) if it names one, else as `task_user` (default ``nobody``). A framework's
+user must exist here, else its task fails (`TaskUserError`); a name other than
+``root`` for uid 0 is refused (the master's ACLs let root run tasks only by name).
+The task runs in a sandbox its user owns, 0700, under directories the agent owns
+and others may only traverse (0711), with a clean environment
 (`agent/_task_env.py`). The agent's own records of a task (``task.json``,
 ``exit.json``, ``wrapper.json``) are in ``<work_dir>/meta/``, which only root can
-enter, not in the sandbox.
+enter, not in the sandbox. An agent not run as root runs every task as itself.
 
 What each run was given is checkpointed with it (`Container.record`), so a
 restarted agent kills and removes the right cgroup even if it was started with
@@ -63,6 +68,7 @@ log = structlog.get_logger(__name__)
 
 DEFAULT_PIDS_LIMIT = 4096
 DEFAULT_TASK_USER = "nobody"
+SUPERVISOR_CGROUP = "supervisor"  # beside the task runs' cgroups, whose names are hex
 _MB = 1024 * 1024
 
 
@@ -81,7 +87,8 @@ class IsolationConfig:
     `cgroups_root`: the directory under each hierarchy for all agents' cgroups.
     `cpu_hard_limit`: a CFS quota of ``cpus`` besides the shares.
     `pids_limit`: processes and threads per task; None for no limit.
-    `task_user`: who runs tasks when the agent is root; None: root itself.
+    `task_user`: who runs tasks when the agent is root and their framework names no
+    user; None: root itself, for every task (frameworks' users are then ignored).
     `pass_env`: names of the agent's environment variables tasks also get.
     """
 
@@ -114,6 +121,10 @@ class TaskUser:
 
     def wrapper_arg(self) -> str:
         return f"{self.uid}:{self.gid}:{','.join(str(g) for g in self.groups)}"
+
+
+class TaskUserError(AgentError):
+    """A framework's user cannot run tasks on this agent; its task fails saying why."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -301,6 +312,27 @@ class Isolator:
         """Who tasks run as: the task user, or the agent's own user."""
         return self.user.name if self.user is not None else _user_name(os.geteuid())
 
+    def user_for(self, framework_user: str) -> TaskUser | None:
+        """Who runs a task of a framework naming `framework_user` ("" for none): that user,
+        the task user, or None (the agent's own user) when this agent does not switch users.
+        Blocking (the user database). Raises `TaskUserError` for a user this agent does
+        not have, or a name other than root's for uid 0."""
+        if self.user is None or not framework_user:
+            return self.user
+        try:
+            user = TaskUser.lookup(framework_user)
+        except (KeyError, ValueError):  # ValueError: a NUL (the master lets none through)
+            raise TaskUserError(
+                f"user {framework_user!r} does not exist on this agent: a framework's user "
+                "must exist on every agent its tasks run on"
+            ) from None
+        if user.uid == 0 and framework_user != "root":
+            raise TaskUserError(
+                f"user {framework_user!r} is root (uid 0) by another name: refused, "
+                "since only an ACL naming root lets a framework run tasks as root"
+            )
+        return user
+
     def describe(self) -> str:
         """One line for the logs: the mode, and where or why."""
         if self._cgroups is not None:
@@ -329,20 +361,49 @@ class Isolator:
         if self.user is None and os.geteuid() == 0:
             log.warning("tasks run as root: no task user is set")
 
-    def create(self, run_id: str, resources: Mapping[str, float]) -> Container:
-        """A new container for one task run. Blocking; raises OSError if the cgroup could
-        not be set up (the task must then not run)."""
+    def create(
+        self, run_id: str, resources: Mapping[str, float], user: TaskUser | None
+    ) -> Container:
+        """A new container for one task run, whose command runs as `user` (`user_for`).
+        Blocking; raises OSError if the cgroup could not be set up (the task must then
+        not run)."""
         limits = Limits.for_resources(
             resources, hard_cpu=self.config.cpu_hard_limit, pids=self.config.pids_limit
         )
         cgroup = self._cgroups.create(run_id, limits) if self._cgroups is not None else None
-        return Container(self.mode, limits, cgroup, self.user)
+        return Container(self.mode, limits, cgroup, user)
 
     def orphans(self, keep: set[str]) -> list[Cgroup]:
-        """Cgroups in this agent's scope that belong to no run named in `keep`. Blocking."""
+        """Cgroups in this agent's scope that belong to no run named in `keep` (nor to
+        the supervisor). Blocking."""
         if self._cgroups is None:
             return []
-        return [self._cgroups.cgroup(name) for name in sorted(self._cgroups.children() - keep)]
+        names = self._cgroups.children() - keep - {SUPERVISOR_CGROUP}
+        return [self._cgroups.cgroup(name) for name in sorted(names)]
+
+    def supervisor_cgroup(self) -> list[Path]:
+        """The directories of the cgroup the agent's supervisor (and the wrappers it
+        forks) run in, created if need be, without limits: not the agent's, so that
+        what stops the agent's cgroup leaves the tasks alone. None in the fallback.
+        Blocking."""
+        if self._cgroups is None:
+            return []
+        cgroup = self._cgroups.cgroup(SUPERVISOR_CGROUP)
+        for path in cgroup.paths:
+            path.mkdir(exist_ok=True)
+        return cgroup.paths
+
+    def remove_supervisor_cgroup(self) -> None:
+        """Remove the supervisor's cgroup if nothing runs in it (it has exited). Blocking."""
+        if self._cgroups is None:
+            return
+        cgroup = self._cgroups.cgroup(SUPERVISOR_CGROUP)
+        try:
+            cgroup.remove()
+        except OSError as e:
+            log.warning(
+                "the supervisor's cgroup is still in use", cgroup=str(cgroup.paths[0]), error=str(e)
+            )
 
     def remove_orphans(self, keep: set[str]) -> int:
         """Kill and remove `orphans(keep)`; returns how many there were. Blocking."""
@@ -443,5 +504,6 @@ __all__ = [
     "Isolator",
     "Limitation",
     "TaskUser",
+    "TaskUserError",
     "UsageMeter",
 ]

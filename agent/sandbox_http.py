@@ -46,6 +46,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 
+from mesolite import http_serving
 from mesolite.http_hosts import AllowedHosts, host_check
 from mesolite.sandbox_protocol import (
     FILES,
@@ -228,6 +229,7 @@ class SandboxServer:
         tls: TlsConfig | None = None,
         readers: Collection[str] = (MASTER_PRINCIPAL,),
         insecure: bool = False,
+        limits: http_serving.ConnectionLimits | None = None,
     ) -> None:
         self._work_dir = work_dir
         self._allowed = AllowedHosts([*allowed_hosts, *filter(None, [advertise_host])], host)
@@ -237,6 +239,7 @@ class SandboxServer:
         self._tls = tls
         self._readers = frozenset(readers)
         self._insecure = insecure
+        self._limits = limits or http_serving.ConnectionLimits()
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -252,16 +255,24 @@ class SandboxServer:
         check_listen("task sandboxes", self._host, tls=tls is not None, insecure=self._insecure)
         ssl_context = tls.server_context(require_client_cert=True) if tls else None
         app = create_sandbox_app(self._work_dir, self._allowed, self._readers if tls else None)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
+        limits = self._limits.fitted(http_serving.descriptor_limit())
+        self._runner = http_serving.runner(app, limits, shutdown_timeout=1.0)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self._host, self._port, ssl_context=ssl_context)
+        site = http_serving.LimitedSite(
+            self._runner,
+            self._host,
+            self._port,
+            limits=limits,
+            ssl_context=ssl_context,
+            label="sandboxes",
+        )
         try:
             await site.start()
         except OSError:
             await self._runner.cleanup()
             self._runner = None
             raise
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = site.port
         log.info("sandbox server started", address=self.address, tls=tls is not None)
 
     async def stop(self) -> None:

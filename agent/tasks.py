@@ -5,20 +5,23 @@ after the agent restarts. No gRPC here.
 through; it reports every transition. Each run's process (its wrapper, its kill,
 how it ended) is `agent/_task_process.py`'s.
 
-    <work_dir>/sandboxes/<framework_id>/<task_id>/
-        stdout, stderr   the command's output; the rest is the task's
+    <work_dir>/sandboxes/<framework_id>/<task_id>/     (sandboxes, <framework_id>: 0711)
+        stdout, stderr   the command's output; the rest is the task's (0700, its user's)
     <work_dir>/meta/<framework_id>/<task_id>/      (meta: 0700, the agent's only)
         task.json        the agent's checkpoint of the task (below)
         exit.json        written by the wrapper when the command ends
         wrapper.json     the wrapper's pid, written by the wrapper as it starts
+    <work_dir>/supervisor/                          (0700, the agent's only)
+        socket, supervisor.log    the supervisor that forks wrappers (`agent/_supervisor.py`)
 
 How a task is contained (its cgroup and limits, its user, its environment) is
 `agent/isolation.py`'s; the `Isolator` the runner is given decides.
 
-`task.json` holds the task, its run id (one per launch of a task id), the
-wrapper's pid and start time (field 22 of /proc/<pid>/stat: a pid alone may be
-reused), its container (cgroup, limits, user), the state, `killing` once a kill
-has started and, when the agent saw the task end, how it ended. It is written
+`task.json` holds the task, its run id (one per launch of a task id), its
+framework's user as the launch named it, the wrapper's pid and start time
+(field 22 of /proc/<pid>/stat: a pid alone may be reused), its container (cgroup,
+limits, user), the state, `killing` once a kill has started and, when the agent saw
+the task end, how it ended. It is written
 atomically at launch (STARTING, no pid yet), once the wrapper runs, when a kill
 starts and at the end.
 
@@ -65,6 +68,7 @@ from pathlib import Path
 import structlog
 
 from mesolite.agent._procs import signal_group
+from mesolite.agent._supervisor_client import SupervisorClient
 from mesolite.agent._task_process import TaskProcesses
 from mesolite.agent._task_records import (
     CHECKPOINT_FILE,
@@ -82,12 +86,15 @@ from mesolite.agent._task_records import (
     task_from_checkpoint,
     write_checkpoint,
 )
+from mesolite.agent.errors import AgentError
 from mesolite.agent.isolation import Isolator, UsageMeter
 from mesolite.model import RunningTask, TaskSpec, TaskState, TaskUsage
+from mesolite.resources import EMPTY, Resources
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_KILL_GRACE_PERIOD = 3.0
+SUPERVISOR_DIR = "supervisor"  # under the work dir: the supervisor's socket and log (0700)
 
 
 class TaskRunner:
@@ -117,15 +124,26 @@ class TaskRunner:
         self._records = self._work_dir / RECORDS_DIR
         self._on_status = on_status
         self.isolator = isolator or Isolator.unconfined()
+        self._supervisor = SupervisorClient(
+            self._work_dir / SUPERVISOR_DIR, self.isolator.supervisor_cgroup
+        )
         self._processes = TaskProcesses(
             self._report,
             shell=shell,
             kill_grace_period=kill_grace_period,
             isolator=self.isolator,
+            supervisor=self._supervisor,
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
+        self._used = EMPTY  # what the tasks in `_tasks` were given, kept as they come and go
         self._ended: dict[tuple[str, str], EndedTask] = {}
+        self._finishing: set[tuple[str, str]] = set()  # ended, end checkpoint not yet written
         self._meter = UsageMeter()
+
+    @property
+    def supervisor_pid(self) -> int | None:
+        """The pid of the supervisor this runner last reached (`agent/_supervisor.py`)."""
+        return self._supervisor.pid
 
     def sandbox_path(self, framework_id: str, task_id: str) -> Path:
         return self._sandboxes / framework_id / task_id
@@ -137,6 +155,10 @@ class TaskRunner:
     def is_active(self, framework_id: str, task_id: str) -> bool:
         """True from launch until the terminal transition has been reported."""
         return (framework_id, task_id) in self._tasks
+
+    def used(self) -> Resources:
+        """What the tasks not yet ended were given, in O(1)."""
+        return self._used
 
     def running_tasks(self) -> list[RunningTask]:
         """Tasks not yet in a terminal state, with their current state."""
@@ -150,6 +172,11 @@ class TaskRunner:
             if t.state is TaskState.RUNNING and t.container is not None and t.container.cgroup
         ]
         return await asyncio.to_thread(self._meter.measure, runs) if runs else []
+
+    def live_keys(self) -> set[tuple[str, str]]:
+        """(framework id, task id) of every task whose sandbox must stay: active, or
+        ended with its end not yet acknowledged (`agent/gc_policy.py`)."""
+        return set(self._tasks) | set(self._ended) | self._finishing
 
     def ended_tasks(self) -> list[RunningTask]:
         """Tasks that ended but whose end is not known to be acknowledged, in their end
@@ -166,8 +193,11 @@ class TaskRunner:
         """Forget every ended task, e.g. when the master no longer knows this agent."""
         self._ended.clear()
 
-    def launch(self, framework_id: str, task: TaskSpec) -> bool:
+    def launch(self, framework_id: str, task: TaskSpec, user: str = "") -> bool:
         """Start `task` in the background; False if it was not started.
+
+        `user`: its framework's user (""), whom it runs as where the agent switches
+        users (`Isolator.user_for`); a user this agent does not have fails the task.
 
         A task id that is already active is a duplicate: it is logged and
         ignored, leaving the running task alone. Ids that cannot name a sandbox
@@ -189,11 +219,19 @@ class TaskRunner:
             self.sandbox_path(framework_id, task.task_id),
             new_run_id(),
             self.records_path(framework_id, task.task_id),
+            user=user,
         )
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
-        self._tasks[key] = t
-        bound.info("task starting", sandbox=str(t.sandbox), command=task.command, run_id=t.run_id)
+        self._add(t)
+        bound.info(
+            "task starting",
+            sandbox=str(t.sandbox),
+            command=task.command,
+            resources=str(task.resources),
+            run_id=t.run_id,
+            user=user or None,
+        )
         self._report(
             TaskTransition(framework_id, task.task_id, TaskState.STARTING, run_id=t.run_id)
         )
@@ -222,6 +260,10 @@ class TaskRunner:
         for t in tasks:
             self._processes.request_kill(t)
         await asyncio.gather(*(t.lifecycle for t in tasks if t.lifecycle), return_exceptions=True)
+        if not self._tasks:
+            # No wrapper is left: the supervisor exits once told no agent is listening.
+            await self._supervisor.stop()
+            await asyncio.to_thread(self.isolator.remove_supervisor_cgroup)
 
     async def recover(self, journaled_ends: Mapping[tuple[str, str], TaskTransition]) -> None:
         """Take back the tasks a previous agent process left in the sandboxes.
@@ -230,6 +272,12 @@ class TaskRunner:
         is still pending in the agent's journal, if any. Call once, before any
         launch. See the module docstring for what happens to each task.
         """
+        # The supervisor a previous agent left, if it runs: it lists the wrappers it
+        # forked, among them any that has not recorded its pid yet.
+        try:
+            await self._supervisor.connect(start=False)
+        except (OSError, AgentError) as e:
+            log.warning("could not reach the supervisor", error=str(e))
         for records, record in await asyncio.to_thread(scan_checkpoints, self._work_dir):
             sandbox = self._sandboxes / records.parent.name / records.name
             try:
@@ -253,7 +301,7 @@ class TaskRunner:
                     t.state = end.state
                     await write_checkpoint(t, end)
                 continue  # its cgroup, if the agent died before removing it: an orphan below
-            self._tasks[t.key] = t
+            self._add(t)
             log.info(
                 "task recovered",
                 framework_id=t.framework_id,
@@ -300,21 +348,37 @@ class TaskRunner:
                 final = t.transition(TaskState.FAILED, f"the agent failed to run it: {e}")
         except asyncio.CancelledError:
             # Cancelled from outside, e.g. the loop is closing: leave no process behind.
-            pid = t.process.pid if t.process is not None else t.pid
+            pid = t.pid if t.pid is not None else t.wrapper_pid
             if t.container is not None:
                 t.container.kill(pid if not t.exited.is_set() else None)
                 t.container.clean_up()
             elif pid is not None and not t.exited.is_set():
                 signal_group(pid, signal.SIGKILL)
-            self._tasks.pop(t.key, None)
+            self._remove(t)
             raise
         finally:
             if t.escalation is not None:
                 t.escalation.cancel()
         await self._finish(t, final)
 
+    def _add(self, t: TaskRun) -> None:
+        self._tasks[t.key] = t
+        self._used = self._used + t.spec.resources
+
+    def _remove(self, t: TaskRun) -> None:
+        if self._tasks.get(t.key) is t:
+            del self._tasks[t.key]
+            self._used = self._used - t.spec.resources
+
     async def _finish(self, t: TaskRun, final: TaskTransition) -> None:
-        self._tasks.pop(t.key, None)
+        self._finishing.add(t.key)
+        try:
+            await self._end(t, final)
+        finally:
+            self._finishing.discard(t.key)
+
+    async def _end(self, t: TaskRun, final: TaskTransition) -> None:
+        self._remove(t)
         self._ended[t.key] = EndedTask(
             RunningTask(t.framework_id, t.spec, final.state), t.run_id, asyncio.current_task()
         )

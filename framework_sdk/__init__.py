@@ -66,10 +66,18 @@ This framework (`examples/hello_framework.py`) runs three `echo` tasks and exits
 `Framework(..., connection=ConnectionConfig(...))` tunes how the subscription is kept
 alive (reconnection delays, timeouts); the defaults suit a real cluster.
 
+After every subscription with a framework id (a reconnection, or a new process started
+with its `id_file`), the framework hears of every task the master knows for it through
+`on_update` before it is handed any offer. `Framework(..., id_file=PATH)` keeps the id
+across restarts, with a failover timeout of a week unless given (0 is refused with an
+id file); a framework the master has forgotten gets `FrameworkGone` and its id file is
+moved aside. docs/framework-guide.md tells the whole story; docs/reference/
+framework-sdk.md documents every public name.
+
 Everything the SDK raises derives from `MesoliteError` (mesolite's one error root);
 `FrameworkRejected` means the master refused the subscription and retrying will not
-help (UNAUTHENTICATED included); `InvalidCall` (also a `ValueError`) a call the SDK could
-tell was wrong.
+help (UNAUTHENTICATED included; `FrameworkGone` when it no longer knows the framework
+id); `InvalidCall` (also a `ValueError`) a call the SDK could tell was wrong.
 
 On a cluster with TLS, a framework passes `tls=TlsConfig.from_dir(DIR)`, DIR being its
 bundle from `mesolite certs init` (`--tls-dir` above); its principal is its certificate's
@@ -77,8 +85,9 @@ CN. Without a certificate it passes the CA alone and `token=` (a bearer token), 
 against the master's token port.
 """
 
-from mesolite.framework_sdk._config import ConnectionConfig
+from mesolite.framework_sdk._config import DEFAULT_FAILOVER_TIMEOUT, ConnectionConfig
 from mesolite.framework_sdk._errors import (
+    FrameworkGone,
     FrameworkRejected,
     InvalidCall,
     MesoliteError,
@@ -87,13 +96,15 @@ from mesolite.framework_sdk._errors import (
 )
 from mesolite.framework_sdk._framework import Framework
 from mesolite.framework_sdk._ids import new_task_id
-from mesolite.model import Offer, TaskSpec, TaskState, TaskStatus
+from mesolite.model import Offer, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from mesolite.tls import TlsConfig
 
 __all__ = [
+    "DEFAULT_FAILOVER_TIMEOUT",
     "ConnectionConfig",
     "Framework",
+    "FrameworkGone",
     "FrameworkRejected",
     "InvalidCall",
     "MesoliteError",
@@ -101,6 +112,7 @@ __all__ = [
     "Offer",
     "Resources",
     "RpcError",
+    "StatusSource",
     "TaskSpec",
     "TaskState",
     "TaskStatus",

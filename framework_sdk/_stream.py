@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any
 
 import grpc
 import grpc.aio
 
 from mesolite.framework_sdk._errors import NotConnected
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 
 QUEUE_SIZE = 1024
+
+
+def _batch(calls: list[scheduler_pb2.Call]) -> scheduler_pb2.Call:
+    return scheduler_pb2.Call(batch=scheduler_pb2.Call.Batch(calls=calls))
 
 
 class StreamLost(NotConnected):
@@ -26,10 +31,19 @@ class Stream:
     def __init__(self, stub: scheduler_pb2_grpc.SchedulerAsyncStub) -> None:
         self._call: Any = stub.Connect()
         self._calls: StreamWriter[scheduler_pb2.Call] = StreamWriter(QUEUE_SIZE)
+        # Once the master says it reads batches (Subscribed.batches), calls waiting
+        # together go out as one message: fewer messages for the master to read.
+        self.batches = False
         self._writer = asyncio.create_task(
-            self._calls.write_to(self._call), name="mesolite-stream-writer"
+            self._calls.write_to(self._call, self._grouped), name="mesolite-stream-writer"
         )
         self._read: asyncio.Future[Any] | None = None
+        self._read_since = 0.0  # when the read in flight started (time.monotonic)
+
+    def _grouped(self, calls: list[scheduler_pb2.Call]) -> list[scheduler_pb2.Call]:
+        if not self.batches or len(calls) == 1:
+            return calls
+        return list(in_batches(calls, _batch))
 
     async def send(self, call: scheduler_pb2.Call) -> None:
         if self._calls.closed:
@@ -37,9 +51,10 @@ class Stream:
         await self._calls.put(call)
 
     async def next_event(
-        self, silence: float | None, stop: asyncio.Event
+        self, silence: float | None, stop: asyncio.Event, wake_at: float | None = None
     ) -> scheduler_pb2.Event | None:
-        """The next event, or None once `stop` is set.
+        """The next event, or None once `stop` is set or `time.monotonic()` has reached
+        `wake_at` (the read goes on: the next call returns what it reads).
 
         Raises `StreamLost` when the master ends the stream or sends nothing for `silence`
         seconds, and `grpc.aio.AioRpcError` when the stream ends with an error status.
@@ -48,17 +63,25 @@ class Stream:
         fails inside gRPC core as the connection breaks leaves the status INTERNAL, not
         UNAVAILABLE: `_framework._TRANSIENT` counts both.)
         """
+        now = time.monotonic()
         if self._read is None:
             self._read = asyncio.ensure_future(self._call.read())
+            self._read_since = now
+        timeout = None if silence is None else max(0.0, self._read_since + silence - now)
+        if wake_at is not None:
+            until_wake = max(0.0, wake_at - now)
+            timeout = until_wake if timeout is None else min(timeout, until_wake)
         stopping = asyncio.ensure_future(stop.wait())
         try:
             done, _ = await asyncio.wait(
-                {self._read, stopping}, timeout=silence, return_when=asyncio.FIRST_COMPLETED
+                {self._read, stopping}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
             )
         finally:
             stopping.cancel()
         if self._read not in done:
             if stop.is_set():
+                return None
+            if wake_at is not None and time.monotonic() >= wake_at:
                 return None
             raise StreamLost(f"no event from the master for {silence:g}s")
         read, self._read = self._read, None

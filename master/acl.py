@@ -5,10 +5,19 @@ asks `Acls.allows(action, principal, object)`; where each action is checked:
 
     register_frameworks   SUBSCRIBE (and re-subscribe), and submitting a workload
                           (`mesolite run`, POST /workloads), object: the role
+    run_tasks             SUBSCRIBE (and re-subscribe) of a framework that names a user
+                          (FrameworkInfo.user), object: that user; see `may_run_tasks_as`
     register_agents       agent REGISTER (and re-register); no object
-    teardown_frameworks   an operator's teardown of another principal's framework, and
-                          stopping another principal's workload (`mesolite stop`),
-                          object: the framework's (the workload's) principal
+    teardown_frameworks   an operator's teardown of a framework (POST
+                          /api/v1/frameworks/{id}/teardown), object: the
+                          framework's principal; and stopping another principal's
+                          workload (`mesolite stop`, POST /workloads/{name}/stop),
+                          object: the workload's submitter
+    kill_tasks            an operator's kill of one task (POST
+                          /api/v1/frameworks/{id}/tasks/{task}/kill), object: the
+                          framework's principal. An action of its own, not
+                          teardown's rule: killing one task of a service (to see it
+                          replaced, say) is a smaller right than ending the service.
     view_state            GET /state, /metrics, /events and the web UI; no object
     access_sandboxes      a task's stdout/stderr through the master,
                           object: the principal of the task's framework
@@ -20,6 +29,9 @@ The file is JSON, one list of entries per action, read in order:
       "register_frameworks": [
         {"principals": {"values": ["team-a"]}, "roles": {"values": ["a", "a/*"]}},
         {"principals": {"type": "ANY"}, "roles": {"type": "NONE"}}
+      ],
+      "run_tasks": [
+        {"principals": {"values": ["team-a"]}, "users": {"values": ["team-a"]}}
       ],
       "register_agents": [{"principals": {"values": ["agent-1", "agent-2"]}}],
       "view_state": [{"principals": {"type": "ANY"}}],
@@ -36,6 +48,11 @@ an entry whose object does not match is passed over. When no entry decides,
 opposite of Mesos' default, which is true). A role value `a/*` matches every role
 below `a` (`a/x`, `a/x/y`), not `a` itself: `["a", "a/*"]` is a's whole subtree.
 Unauthenticated requests (no principal) match only `ANY`.
+
+`run_tasks` and root: a framework that names no user runs its tasks as each agent's
+`--task-user` and needs no `run_tasks` entry. The user `root` must be named: a `users`
+of ANY, `permissive`, or having no ACL file at all never lets a framework run tasks as
+root (Mesos lets ANY cover root; mesolite does not). Agents refuse other names for uid 0.
 """
 
 from __future__ import annotations
@@ -59,7 +76,9 @@ class AclError(MasterError):
 class Action(enum.Enum):
     REGISTER_FRAMEWORKS = "register_frameworks"
     REGISTER_AGENTS = "register_agents"
+    RUN_TASKS = "run_tasks"
     TEARDOWN_FRAMEWORKS = "teardown_frameworks"
+    KILL_TASKS = "kill_tasks"
     VIEW_STATE = "view_state"
     ACCESS_SANDBOXES = "access_sandboxes"
 
@@ -68,7 +87,9 @@ class Action(enum.Enum):
 OBJECT_KEY: Mapping[Action, str | None] = {
     Action.REGISTER_FRAMEWORKS: "roles",
     Action.REGISTER_AGENTS: None,
+    Action.RUN_TASKS: "users",
     Action.TEARDOWN_FRAMEWORKS: "framework_principals",
+    Action.KILL_TASKS: "framework_principals",
     Action.VIEW_STATE: None,
     Action.ACCESS_SANDBOXES: "framework_principals",
 }
@@ -89,12 +110,11 @@ class Entity:
             return False
         if name in self.values:
             return True
-        return roles and any(
-            v.endswith("/*") and name.startswith(v[:-1]) for v in self.values
-        )
+        return roles and any(v.endswith("/*") and name.startswith(v[:-1]) for v in self.values)
 
 
 ANY = Entity(any=True)
+ROOT = "root"  # the one user `run_tasks` must name: ANY does not cover it
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,14 +130,30 @@ class Acls:
 
     def allows(self, action: Action, principal: str | None, obj: str | None = None) -> bool:
         roles = action is Action.REGISTER_FRAMEWORKS
+        named_only = action is Action.RUN_TASKS and obj == ROOT
         for entry in self.entries.get(action, ()):
             if not entry.principals.matches(principal):
                 continue
             if entry.objects.none:
                 return False
-            if entry.objects.matches(obj, roles=roles):
+            if named_only:
+                if obj in entry.objects.values:
+                    return True
+            elif entry.objects.matches(obj, roles=roles):
                 return True
-        return self.permissive
+        return self.permissive and not named_only
+
+
+def may_run_tasks_as(acls: Acls | None, principal: str | None, user: str) -> bool:
+    """Whether a framework of `principal` may name `user` as its tasks' user.
+
+    No user (""): the agents' `--task-user`, always allowed. Without ACLs (`acls` None)
+    every user is allowed but root, which only an ACL entry naming it allows."""
+    if not user:
+        return True
+    if acls is None:
+        return user != ROOT
+    return acls.allows(Action.RUN_TASKS, principal, user)
 
 
 def load_acls(path: Path) -> Acls:

@@ -162,7 +162,7 @@ class AgentHandling(MasterCore):
         self._rescind_agent_offers(agent.agent_id)
         agent.outbox = outbox
         agent.address = address
-        agent.last_seen = now
+        self._heard_from(agent)
         reported = {(rt.framework_id, rt.task.task_id) for rt in running}
         for key, task in list(agent.tasks.items()):
             if key not in reported:
@@ -236,6 +236,7 @@ class AgentHandling(MasterCore):
             registered_at=self._wall_clock(),
             principal=principal,
         )
+        self._heard_from(self.agents[agent_id])
         self.allocator.add_agent(agent_id, total)
         self._cluster_changed()
 
@@ -285,6 +286,7 @@ class AgentHandling(MasterCore):
             framework = self.frameworks.get(framework_id)
             if framework is not None:
                 self._forget_if_done(framework)
+        self._answer_deferred_reconciliations()
         return kills
 
     def _adopt_task(self, agent: AgentRecord, rt: RunningTask) -> None:
@@ -334,7 +336,14 @@ class AgentHandling(MasterCore):
         if framework is None:  # nobody to tell: its update is acknowledged as unknown
             return
         spec = with_agent(rt.task, agent.agent_id)
-        task = TaskRecord(spec, rt.framework_id, agent.agent_id, rt.state, end_pending=True)
+        task = TaskRecord(
+            spec,
+            rt.framework_id,
+            agent.agent_id,
+            rt.state,
+            end_pending=True,
+            ended_at=self._wall_clock(),
+        )
         self._remember_completed(framework, task)
         log.info(
             "ended task reported by agent; its end will be forwarded",
@@ -348,9 +357,9 @@ class AgentHandling(MasterCore):
         """Ends the master knew of (`end_pending`) whose updates the removed agent
         will never deliver now: the master tells the frameworks itself."""
         for framework in self.frameworks.values():
-            for task in framework.completed:
+            for task in [*framework.completed, *framework.ending.values()]:
                 if task.end_pending and task.agent_id == agent_id:
-                    task.end_pending = False
+                    self._end_delivered(framework, task)
                     self._notify(
                         task.framework_id,
                         self._master_status(
@@ -367,7 +376,13 @@ class AgentHandling(MasterCore):
         """A removing framework for tasks whose framework is gone, in the default role."""
         info = FrameworkInfo("(gone)", DEFAULT_ROLE, 0.0, framework_id)
         framework = FrameworkRecord(
-            framework_id, info, outbox=None, registered_at=self._wall_clock(), removing=True
+            framework_id,
+            info,
+            outbox=None,
+            registered_at=self._wall_clock(),
+            removing=True,
+            ended_at=self._wall_clock(),
+            end_reason="gone before the master restarted: its tasks found on agents were killed",
         )
         self.registry.add_framework(
             FrameworkEntry(
@@ -383,7 +398,7 @@ class AgentHandling(MasterCore):
         tasks' figures are taken; a task it does not measure has none."""
         agent = self.agents.get(agent_id)
         if agent is not None:
-            agent.last_seen = self._clock()
+            self._heard_from(agent)
             measured = {(u.framework_id, u.task_id): u for u in usage}
             for key, task in agent.tasks.items():
                 task.usage = measured.get(key)
@@ -400,12 +415,18 @@ class AgentHandling(MasterCore):
 
     @checked
     def check_agent_health(self) -> list[str]:
-        """Remove agents silent for longer than the agent timeout; returns their ids."""
+        """Remove agents silent for longer than the agent timeout; returns their ids.
+        Reads only those and the first agent that is not (`_heard_from`): a tick costs
+        what changed, not the number of agents."""
         deadline = self._clock() - self.config.agent_timeout
-        silent = [a for a in self.agents.values() if a.last_seen < deadline]
-        for agent in silent:
-            self.remove_agent(agent.agent_id, "the agent stopped sending heartbeats")
-        return [a.agent_id for a in silent]
+        silent = []
+        for agent_id in self._by_last_seen:
+            if self.agents[agent_id].last_seen >= deadline:
+                break
+            silent.append(agent_id)
+        for agent_id in silent:
+            self.remove_agent(agent_id, "the agent stopped sending heartbeats")
+        return silent
 
     @checked
     def remove_agent(self, agent_id: str, reason: str) -> None:
@@ -417,6 +438,7 @@ class AgentHandling(MasterCore):
         self.allocator.remove_agent(agent_id)
         self._cluster_changed()
         del self.agents[agent_id]
+        del self._by_last_seen[agent_id]
         self.registry.remove_agent(agent_id, self._wall_clock())
         self._mark_removed(agent_id)
         if agent.outbox is not None:

@@ -68,11 +68,14 @@ class RoleSettings:
 
     The limit maps resource names to the most the role may hold (0 allows
     none); names it leaves out, or a limit of None, are unlimited.
+    `resource_weights` gives the resources it names a weight of their own (the
+    DRF paper's weight vector); the others weigh `weight`.
     """
 
     weight: float = 1.0
     guarantee: Resources = EMPTY
     limit: Mapping[str, float] | None = None
+    resource_weights: Mapping[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -142,11 +145,14 @@ class Allocator:
             if self._tree.role_configured(path) and path not in roles:
                 self._tree.unconfigure_role(path)
         for path, settings in roles.items():
-            self._tree.configure_role(path, settings.weight, settings.guarantee, settings.limit)
+            self._tree.configure_role(
+                path, settings.weight, settings.guarantee, settings.limit, settings.resource_weights
+            )
         self._tree.prune()
         self._forget_blocked()
 
     def set_role_weight(self, role: str, weight: float) -> None:
+        """One weight for every resource (a weight vector the role had is dropped)."""
         if not weight > 0:
             raise ValueError(f"weight of role {role!r} must be positive, got {weight}")
         self._tree.ensure_role(role)
@@ -308,6 +314,10 @@ class Allocator:
 
     def role_weight(self, role: str) -> float:
         return self._tree.role_weight(role) if self._tree.has_role(role) else 1.0
+
+    def role_resource_weights(self, role: str) -> dict[str, float] | None:
+        """The role's weight per resource it names (None: `role_weight` for all)."""
+        return self._tree.role_resource_weights(role) if self._tree.has_role(role) else None
 
     def framework_ids(self) -> Iterable[str]:
         return self._frameworks.keys()

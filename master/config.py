@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mesolite.http_serving import ConnectionLimits
 from mesolite.master.stream_limits import GrpcStreamLimitsConfig
 from mesolite.tls import TlsConfig
 
@@ -13,13 +14,21 @@ from mesolite.tls import TlsConfig
 class MasterConfig:
     allocation_interval: float = 1.0
     offer_timeout: float = 30.0
-    agent_heartbeat_interval: float = 1.0
-    agent_timeout: float = 10.0
+    # How often agents heartbeat (told in Registered), and how long one may be silent
+    # before it is removed: Mesos' pings, every 15 s, 5 missed. A heartbeat costs the
+    # master a message; 10,000 agents at 1 s kept a core a third busy doing nothing.
+    agent_heartbeat_interval: float = 15.0
+    agent_timeout: float = 75.0
     framework_heartbeat_interval: float = 5.0
     # After a restart, agents the registry lists have this long to come back
     # before they are marked removed and their tasks reported lost.
     agent_reregister_timeout: float = 60.0
-    completed_tasks_kept: int = 1000
+    # History, in memory only (as Mesos): ended tasks kept per framework, live or
+    # completed, and frameworks kept after they ended (torn down, failed over for
+    # good), each with its ended tasks (Mesos' --max_completed_tasks_per_framework
+    # and --max_completed_frameworks).
+    max_completed_tasks_per_framework: int = 1000
+    max_completed_frameworks: int = 50
     weights: dict[str, float] = field(default_factory=dict)
     # Check the bookkeeping after every step (tests): see master/invariants.py.
     check_invariants: bool = False
@@ -44,8 +53,26 @@ class MasterConfig:
     # gRPC streams per client (principal on a host, else host), and how long a new
     # stream may wait before its first message (master/stream_limits.py).
     grpc_streams: GrpcStreamLimitsConfig = field(default_factory=GrpcStreamLimitsConfig)
+    # HTTP connections: header deadline and caps (mesolite.http_serving), fitted at
+    # start to the process's descriptor limit.
+    http_connections: ConnectionLimits = field(default_factory=ConnectionLimits)
     # TLS on both ports, and with it authentication of every call (master/authn.py).
     tls: TlsConfig | None = None
     credentials_file: Path | None = None  # bearer tokens (mesolite/credentials.py)
     # Listen on a non-loopback address without TLS (refused otherwise).
     insecure: bool = False
+
+    def __post_init__(self) -> None:
+        if problem := heartbeat_problem(self.agent_heartbeat_interval, self.agent_timeout):
+            raise ValueError(problem)
+
+
+def heartbeat_problem(interval: float, timeout: float) -> str | None:
+    """Why agents could not heartbeat at `interval` under an agent timeout of `timeout`."""
+    if not 0 < interval < timeout:
+        return (
+            f"the agent timeout ({timeout:g} s) must be longer than the agent heartbeat "
+            f"interval ({interval:g} s), which must be positive: else every agent is "
+            "removed between two heartbeats"
+        )
+    return None

@@ -6,7 +6,8 @@ registry) and the effects it was given (`master/effects.py`: timers, clocks,
 the registry, and each peer's outbox). The concerns that change the state are
 mixins over it, one module each, read top to bottom:
 
-    master/frameworks.py      subscribe, fail over, tear down
+    master/frameworks.py      subscribe, fail over, tear down; the history of ended ones
+    master/operator.py        what operators do: tear a framework down, kill a task
     master/offers.py          allocate, accept, decline, rescind
     master/agents.py          register, re-register, health, removal
     master/status_updates.py  updates, kills, acknowledgements, reconciliation
@@ -33,6 +34,7 @@ import functools
 import itertools
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -40,7 +42,8 @@ import structlog
 
 from mesolite.master import invariants
 from mesolite.master import messages as msg
-from mesolite.master.acl import AclError, Acls, Action, load_acls
+from mesolite.master.acl import AclError, Acls, Action, load_acls, may_run_tasks_as
+from mesolite.master.activity import Activity
 from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
@@ -100,13 +103,20 @@ class MasterCore(abc.ABC):
         # Raises AclError for a bad file, for the same reason. None: no authorization.
         self.acls: Acls | None = load_acls(config.acls_file) if config.acls_file else None
         self.agents: dict[str, AgentRecord] = {}
+        # Agent ids, the one heard from longest ago first (see `_heard_from`).
+        self._by_last_seen: OrderedDict[str, None] = OrderedDict()
         # Refused if they come back; the newest `max_removed_agents`, oldest first.
         self.removed_agents: dict[str, None] = {}
         self.frameworks: dict[str, FrameworkRecord] = {}
+        # Frameworks that ended (removed once their last task ended), each with its
+        # ended tasks: the newest `max_completed_frameworks`, oldest first. In memory
+        # only, as in Mesos: a restarted master starts with none.
+        self.completed_frameworks: dict[str, FrameworkRecord] = {}
         self.offers: dict[str, OfferRecord] = {}
         self.allocation_wanted = asyncio.Event()
         self.allocation_cycles = 0
         self.metrics = MasterMetrics()  # its state's gauges: read from a snapshot per scrape
+        self.activity = Activity()  # counted, logged as one line a period (log_activity)
         self.invariant_violations: list[str] = []
         # Agents the registry lists that have not re-registered since the restart.
         self.recovering_agents: dict[str, list[TaskEntry]] = {}
@@ -140,6 +150,12 @@ class MasterCore(abc.ABC):
     def request_allocation(self) -> None:
         self.allocation_wanted.set()
 
+    def log_activity(self) -> None:
+        """One info line with the offers, launches and updates since the last one (each
+        is logged at debug); nothing if nothing happened."""
+        if counts := self.activity.take():
+            log.info("activity", **counts)
+
     def verify(self, step: str) -> list[str]:
         """Check the invariants now; violations are logged and kept."""
         problems = invariants.check(self)
@@ -156,6 +172,25 @@ class MasterCore(abc.ABC):
         if not allowed:
             log.warning("not authorized", action=action.value, principal=principal, object=obj)
         return allowed
+
+    def may_run_tasks_as(self, principal: str | None, user: str) -> bool:
+        """Whether a framework of `principal` may run its tasks as `user` (the ACLs'
+        `run_tasks`; "" for the agents' --task-user is always allowed, root only where
+        an ACL entry names it, `master/acl.py`)."""
+        allowed = may_run_tasks_as(self.acls, principal, user)
+        if not allowed:
+            log.warning(
+                "not authorized", action=Action.RUN_TASKS.value, principal=principal, object=user
+            )
+        return allowed
+
+    def _heard_from(self, agent: AgentRecord) -> None:
+        """The agent is alive now. Its id moves to the end of `_by_last_seen`, which so
+        stays in the order of `last_seen` (the clock only goes forward): the health
+        check reads only the agents that are silent too long, and the first that is not."""
+        agent.last_seen = self._clock()
+        self._by_last_seen[agent.agent_id] = None
+        self._by_last_seen.move_to_end(agent.agent_id)
 
     def _mark_removed(self, agent_id: str) -> None:
         """Remember a removed agent, forgetting the oldest beyond the bound. A forgotten
@@ -184,7 +219,9 @@ class MasterCore(abc.ABC):
         subscribed or registered for loses its stream (its next attempt is refused)."""
         for framework in self.frameworks.values():
             role = framework.info.role
-            allowed = self.authorized(Action.REGISTER_FRAMEWORKS, framework.principal, role)
+            allowed = self.authorized(
+                Action.REGISTER_FRAMEWORKS, framework.principal, role
+            ) and self.may_run_tasks_as(framework.principal, framework.info.user)
             if framework.outbox is not None and not allowed:
                 log.warning(
                     "ending a framework's stream: the ACLs no longer allow it",
@@ -241,6 +278,10 @@ class MasterCore(abc.ABC):
         """master/frameworks.py"""
 
     @abc.abstractmethod
+    def _remove_framework(self, framework: FrameworkRecord, reason: str) -> None:
+        """master/frameworks.py"""
+
+    @abc.abstractmethod
     def _rescind_offers(self, framework: FrameworkRecord, notify: bool = True) -> None:
         """master/offers.py"""
 
@@ -262,6 +303,14 @@ class MasterCore(abc.ABC):
 
     @abc.abstractmethod
     def _end_early(self, task: TaskRecord, state: TaskState) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _end_delivered(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        """master/status_updates.py"""
+
+    @abc.abstractmethod
+    def _answer_deferred_reconciliations(self) -> None:
         """master/status_updates.py"""
 
     @abc.abstractmethod

@@ -28,6 +28,15 @@ class CallRejected(MasterError):
     """A request that is invalid in the current state; nothing was changed."""
 
 
+class OperatorCallRefused(MasterError):
+    """An operator's call (an operator teardown or kill) that is refused; nothing was
+    changed. The HTTP edge picks the status from `refusal`."""
+
+    def __init__(self, refusal: Refusal, message: str) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+
+
 class RegistrationRefused(MasterError):
     """A subscription or agent registration that is refused; the stream ends."""
 

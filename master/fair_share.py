@@ -14,6 +14,16 @@ above their limit. This is the Hadoop Fair Scheduler's rule
 (`ComputeFairShares`). With no guarantees or limits it is plain weighted
 division: weights 1 and 3 over 8 cpus give 2 and 6.
 
+**Weight vectors.** A role may weigh each resource differently (the DRF
+paper's weight vector W_i = (w_i1, ..., w_im): `ShareInput.resource_weights`,
+the resources it does not name weighing `weight`). Since the division is per
+resource, w_i above is then simply the child's weight *for the resource being
+divided*: cpus are divided by the children's cpus weights, memory by their mem
+weights. So a child weighing { cpus = 2 } beside a sibling of weight 1 gets 2/3
+of the CPUs and half of everything else. (The Fair Scheduler keeps a weight per
+resource type in `ResourceWeights` the same way, though its configuration sets
+one number for all.)
+
 Special cases, the Fair Scheduler's "fixed" children (`getFairShareIfFixed`),
 all follow from the same formula:
 
@@ -94,22 +104,30 @@ class ShareInput:
     mention are unlimited, and None means no limit at all. It is a plain
     mapping because a limit of 0 is meaningful and `Resources` drops zeros.
     `RolesConfig.resolve` produces exactly these (guarantee, limit) pairs.
+    `resource_weights` gives the resources it names a weight of their own
+    (used when that resource is divided); the others weigh `weight`.
     """
 
     weight: float = 1.0
     guarantee: Resources = EMPTY
     limit: Mapping[str, float] | None = None
+    resource_weights: Mapping[str, float] | None = None
     # Converted once here, not on every computation.
     _limit_units: dict[str, int] = field(init=False, repr=False, compare=False)
     _weight_parts: tuple[int, int] = field(init=False, repr=False, compare=False)
+    _resource_parts: dict[str, tuple[int, int]] = field(init=False, repr=False, compare=False)
     _bounded: bool = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        w = self.weight
-        if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= _MAX_WEIGHT:
-            raise ValueError(f"weight must be a finite number >= 0, got {w!r}")
-        numerator, denominator = float(w).as_integer_ratio()  # denominator: a power of 2
-        object.__setattr__(self, "_weight_parts", (numerator, denominator.bit_length() - 1))
+        object.__setattr__(self, "_weight_parts", _weight_parts(self.weight, "weight"))
+        object.__setattr__(
+            self,
+            "_resource_parts",
+            {
+                name: _weight_parts(w, f"weight for {name}")
+                for name, w in (self.resource_weights or {}).items()
+            },
+        )
         units: dict[str, int] = {}
         for name, amount in (self.limit or {}).items():
             if isinstance(amount, bool) or not isinstance(amount, int | float):
@@ -119,6 +137,14 @@ class ShareInput:
             units[name] = round(amount * _SCALE)
         object.__setattr__(self, "_limit_units", units)
         object.__setattr__(self, "_bounded", bool(units or self.guarantee._units))
+
+
+def _weight_parts(w: object, what: str) -> tuple[int, int]:
+    """A weight as (numerator, log2 of its power-of-two denominator): exact."""
+    if isinstance(w, bool) or not isinstance(w, int | float) or not 0 <= w <= _MAX_WEIGHT:
+        raise ValueError(f"{what} must be a finite number >= 0, got {w!r}")
+    numerator, denominator = float(w).as_integer_ratio()  # denominator: a power of 2
+    return numerator, denominator.bit_length() - 1
 
 
 _DEFAULT = ShareInput()
@@ -220,16 +246,18 @@ def _live_roles(active: Collection[str], known: Mapping[str, object]) -> set[str
 
 def _split_node(amounts: list[int], names: list[str], inputs: list[ShareInput]) -> list[list[int]]:
     """Divide each resource's `amount` among the children described by `inputs`."""
-    parts = [i._weight_parts for i in inputs]
-    shift = max([exponent for _, exponent in parts])
-    # The weights times their common power-of-two denominator: exact ints.
-    weights = [numerator << (shift - exponent) for numerator, exponent in parts]
-    zero_weights = [index for index, w in enumerate(weights) if not w] if 0 in weights else []
+    weights, zero_weights = _scaled_weights([i._weight_parts for i in inputs])
+    # Children with a weight vector: their weight depends on the resource divided.
+    vectors = any(i._resource_parts for i in inputs)
     bounded = [index for index, i in enumerate(inputs) if i._bounded]
     guarantees = [inputs[index].guarantee._units for index in bounded]
     limits = [inputs[index]._limit_units for index in bounded]
     splits = []
     for name, amount in zip(names, amounts, strict=True):
+        if vectors:
+            weights, zero_weights = _scaled_weights(
+                [i._resource_parts.get(name, i._weight_parts) for i in inputs]
+            )
         # Guarantees and limits, sparse: child index -> thousandths. Resources
         # hold no zeros, so a guarantee found is positive; a limit may be 0.
         lo = {
@@ -245,6 +273,14 @@ def _split_node(amounts: list[int], names: list[str], inputs: list[ShareInput]) 
         else:
             splits.append(_proportional(amount, weights))
     return splits
+
+
+def _scaled_weights(parts: list[tuple[int, int]]) -> tuple[list[int], list[int]]:
+    """The weights times their common power-of-two denominator (exact ints), and which are 0."""
+    shift = max([exponent for _, exponent in parts])
+    weights = [numerator << (shift - exponent) for numerator, exponent in parts]
+    zero_weights = [index for index, w in enumerate(weights) if not w] if 0 in weights else []
+    return weights, zero_weights
 
 
 # Dividing one resource among siblings ----------------------------------------------

@@ -1,14 +1,18 @@
-"""Frameworks: subscribing, failing over, tearing down.
+"""Frameworks: subscribing, failing over, tearing down, and the history of those that ended.
 
 A framework subscribes (or re-subscribes with its id) on a stream; when the
-stream goes, its failover timer starts, and when that expires, or it asks for
-a teardown, it is removed: its offers rescinded, its tasks killed, and it is
-forgotten once they have ended (`removing` until then, kept in the registry
-so a master restart in between still kills them).
+stream goes, its failover timer starts, and when that expires, or it (or an
+operator, `master/operator.py`) asks for a teardown, it is removed: its offers
+rescinded, its tasks killed, and it is forgotten once they have ended
+(`removing` until then, kept in the registry so a master restart in between
+still kills them). Forgotten, it moves to `completed_frameworks` with its ended
+tasks, when and why it ended: the newest `max_completed_frameworks` are kept, in
+memory only (as Mesos' completed frameworks).
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from mesolite.master import messages as msg
@@ -36,13 +40,19 @@ class FrameworkHandling(MasterCore):
         """`principal`: who is on the other end, from the connection (None without
         authentication). A new framework id belongs to it; only it may re-subscribe."""
         role = info.role or DEFAULT_ROLE
-        info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id)
+        info = FrameworkInfo(info.name, role, info.failover_timeout, info.framework_id, info.user)
         if problem := validation.framework_info_problem(info):
             raise RegistrationRefused(Refusal.INVALID, problem)
         if not self.authorized(Action.REGISTER_FRAMEWORKS, principal, role):
             raise RegistrationRefused(
                 Refusal.FORBIDDEN,
                 f"principal {principal!r} may not register frameworks in role {role!r}",
+            )
+        if not self.may_run_tasks_as(principal, info.user):
+            raise RegistrationRefused(
+                Refusal.FORBIDDEN,
+                f"principal {principal!r} may not run tasks as user {info.user!r} "
+                "(the ACLs' run_tasks)",
             )
         if info.framework_id:
             return self._resubscribe(info, outbox, principal)
@@ -80,6 +90,7 @@ class FrameworkHandling(MasterCore):
             name=info.name,
             role=role,
             principal=principal,
+            user=info.user or None,
         )
         outbox.send(msg.Subscribed(framework_id, self.config.framework_heartbeat_interval))
         self.request_allocation()
@@ -96,6 +107,7 @@ class FrameworkHandling(MasterCore):
             framework.registered_at,
             framework.removing,
             framework.principal,
+            info.user,
         )
 
     def _resubscribe(
@@ -125,6 +137,13 @@ class FrameworkHandling(MasterCore):
                 f"framework {info.framework_id} has role {framework.info.role!r}; "
                 f"changing it to {info.role!r} is not supported",
             )
+        if framework.info.user != info.user:
+            # As Mesos (UPDATE_FRAMEWORK): its tasks, running and to come, keep one user.
+            raise RegistrationRefused(
+                Refusal.INVALID,
+                f"framework {info.framework_id} runs its tasks as user "
+                f"{framework.info.user!r}; changing it to {info.user!r} is not supported",
+            )
         if framework.outbox is not None:
             framework.outbox.close("another scheduler subscribed with this framework id")
             self._rescind_offers(framework)
@@ -135,6 +154,7 @@ class FrameworkHandling(MasterCore):
             framework.info = info
             self.registry.add_framework(self._registry_entry(framework))
         framework.outbox = outbox
+        framework.deferred_reconciliations = []  # asked on the old stream
         framework.disconnected_at = None
         framework.suppressed = False
         self.allocator.revive(framework.framework_id)
@@ -155,6 +175,7 @@ class FrameworkHandling(MasterCore):
         if framework is None or framework.outbox is not outbox:
             return  # already replaced or torn down
         framework.outbox = None
+        framework.deferred_reconciliations = []  # nobody to answer now
         framework.disconnected_at = self._clock()
         self._rescind_offers(framework)
         self.allocator.disconnect_framework(framework_id)
@@ -172,16 +193,22 @@ class FrameworkHandling(MasterCore):
     def _failover_expired(self, framework_id: str) -> None:
         framework = self.frameworks.get(framework_id)
         if framework is not None and not framework.connected:
+            away = self._clock() - (framework.disconnected_at or self._clock())
+            timeout = framework.info.failover_timeout
             log.info("framework failover timeout expired", framework_id=framework_id)
-            self._remove_framework(framework)
+            self._remove_framework(
+                framework,
+                f"failover timeout expired: away for {away:.0f} s, "
+                f"its failover timeout is {timeout:g} s",
+            )
 
     @checked
     def teardown(self, framework_id: str) -> None:
         framework = self._framework(framework_id)
         log.info("framework teardown requested", framework_id=framework_id)
-        self._remove_framework(framework)
+        self._remove_framework(framework, "torn down by the framework")
 
-    def _remove_framework(self, framework: FrameworkRecord) -> None:
+    def _remove_framework(self, framework: FrameworkRecord, reason: str) -> None:
         """Tear a framework down: kill its tasks, then forget it once they have ended.
 
         Its tasks' resources stay allocated until the agents report the tasks
@@ -190,6 +217,7 @@ class FrameworkHandling(MasterCore):
         launches for lack of room.
         """
         framework_id = framework.framework_id
+        framework.ended_at, framework.end_reason = self._wall_clock(), reason
         self._rescind_offers(framework, notify=False)
         if framework.failover_timer is not None:
             framework.failover_timer.cancel()
@@ -197,6 +225,7 @@ class FrameworkHandling(MasterCore):
         if framework.outbox is not None:
             framework.outbox.close("framework torn down")
             framework.outbox = None
+        framework.deferred_reconciliations = []
         self.registry.mark_framework_removing(framework_id)
         framework.removing = True
         self.allocator.disconnect_framework(framework_id)
@@ -212,7 +241,12 @@ class FrameworkHandling(MasterCore):
                 agent_id=task.agent_id,
                 agent_connected=agent is not None and agent.outbox is not None,
             )
-        log.info("framework torn down", framework_id=framework_id, tasks=len(framework.tasks))
+        log.info(
+            "framework torn down",
+            framework_id=framework_id,
+            tasks=len(framework.tasks),
+            reason=reason,
+        )
         self._forget_if_done(framework)
 
     def _forget_if_done(self, framework: FrameworkRecord) -> None:
@@ -226,8 +260,28 @@ class FrameworkHandling(MasterCore):
             self.registry.remove_framework(framework_id)
             self.allocator.remove_framework(framework_id)
             del self.frameworks[framework_id]
+            self._keep_completed(framework)
             log.info("framework removed", framework_id=framework_id)
             self.request_allocation()
+
+    def _keep_completed(self, framework: FrameworkRecord) -> None:
+        """Keep a removed framework in the history, forgetting the oldest past the bound.
+
+        What it keeps is what the views show: its info, when and why it ended, and
+        its ended tasks (already bounded, without commands or environments)."""
+        if framework.ended_at is None:  # torn down before the master restarted
+            framework.ended_at = self._wall_clock()
+            framework.end_reason = "torn down before the master restarted"
+        framework.ended_counts = dict(Counter(t.state.value for t in framework.completed))
+        framework.undelivered.clear()
+        framework.completed_by_id.clear()
+        framework.outbox = None
+        framework.failover_timer = None
+        self.completed_frameworks.pop(framework.framework_id, None)
+        self.completed_frameworks[framework.framework_id] = framework
+        while len(self.completed_frameworks) > self.config.max_completed_frameworks:
+            oldest = next(iter(self.completed_frameworks))
+            del self.completed_frameworks[oldest]
 
     @checked
     def revive(self, framework_id: str) -> None:

@@ -1,5 +1,6 @@
-"""Read-only HTTP views of the master: `GET /state` as JSON, `GET /metrics` for Prometheus,
-and the web UI (`master.ui_routes`).
+"""The master's HTTP port: `GET /state` as JSON, `GET /metrics` for Prometheus, the web
+UI (`master.ui_routes`), and the operator API (`master.operator_api`: `POST /api/v1/...`,
+a teardown, a kill).
 
 Every request passes three checks first: its Host header (`mesolite.http_hosts`,
 against DNS rebinding), who sends it (`master.authn`: with authentication on, a
@@ -7,7 +8,8 @@ request without a principal is refused with 401, whatever its path), then the
 permission its route asks for (`master.http_access`: the route table, and the ACLs
 judging the principal authentication found).
 
-/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), from a snapshot taken by
+/state is `ClusterSnapshot.to_json()` (mesolite/snapshot.py), with every ended task the
+master keeps, or with the newest N of them for `?completed_tasks=N`, from a snapshot taken by
 `master.read_model.build_snapshot` after the request arrived, encoded in a worker
 thread (`master.snapshot_document`: concurrent requests share one snapshot); /metrics
 is rendered from a snapshot in the same way (`MasterMetrics.exposition`). The shape
@@ -29,7 +31,8 @@ from mesolite.master.acl import Action
 from mesolite.master.authn import Authenticator
 from mesolite.master.http_access import Guard, Route, acl_guard, add_routes, check_permission
 from mesolite.master.master import Master
-from mesolite.master.read_model import agent_snapshot, build_snapshot
+from mesolite.master.operator_api import count_refusals, setup_operator_api
+from mesolite.master.read_model import COMPLETED_TASKS_SHOWN, agent_snapshot, build_snapshot
 from mesolite.master.snapshot_document import SnapshotDocument
 from mesolite.master.ui_routes import StreamLimits, setup_ui
 from mesolite.snapshot import ClusterSnapshot, WorkloadViews
@@ -39,8 +42,40 @@ STATE_KEY = web.AppKey("state_document", SnapshotDocument)
 METRICS_KEY = web.AppKey("metrics_document", SnapshotDocument)
 
 
+class ShorterStates:
+    """GET /state?completed_tasks=N: the state with only the newest N ended tasks (the
+    CLI's views ask for 0 unless they show the history). One shared document per N,
+    for the `size` Ns asked for last; `snapshot(N)` takes one."""
+
+    def __init__(self, snapshot: Callable[[int], ClusterSnapshot], size: int = 8) -> None:
+        self._snapshot = snapshot
+        self._size = size
+        self._documents: dict[int, SnapshotDocument] = {}
+
+    def document(self, shown: int) -> SnapshotDocument:
+        document = self._documents.pop(shown, None)
+        if document is None:
+            document = SnapshotDocument(functools.partial(self._snapshot, shown))
+        self._documents[shown] = document  # the newest last
+        while len(self._documents) > self._size:
+            del self._documents[next(iter(self._documents))]
+        return document
+
+
+SHORTER_STATES_KEY = web.AppKey("shorter_states", ShorterStates)
+_MAX_SHOWN = 10**9
+
+
 async def _state(request: web.Request) -> web.Response:
-    body = await request.app[STATE_KEY].body()  # encoded off the loop
+    """The state; `?completed_tasks=N` holds the newest N ended tasks, not all kept."""
+    shown = request.query.get("completed_tasks", "all")
+    if shown == "all":
+        document = request.app[STATE_KEY]
+    elif shown.isascii() and shown.isdigit() and int(shown) <= _MAX_SHOWN:
+        document = request.app[SHORTER_STATES_KEY].document(int(shown))
+    else:
+        raise web.HTTPBadRequest(text="completed_tasks must be 'all' or a whole number\n")
+    body = await document.body()  # encoded off the loop
     return web.Response(body=body, content_type="application/json")
 
 
@@ -74,6 +109,7 @@ def create_app(
     authn = authn or Authenticator(enabled=False)
     app = web.Application(
         middlewares=[
+            count_refusals,  # outermost: operator calls refused by any layer are counted
             host_check(allowed_hosts or AllowedHosts()),
             authn.middleware(),
             check_permission,
@@ -81,11 +117,15 @@ def create_app(
     )
     app[MASTER_KEY] = master
 
-    def snapshot() -> ClusterSnapshot:
-        return build_snapshot(master, workloads=workloads() if workloads else ((), ()))
+    def snapshot(ended_tasks: int | None = COMPLETED_TASKS_SHOWN) -> ClusterSnapshot:
+        views = workloads() if workloads else ((), ())
+        return build_snapshot(master, ended_tasks=ended_tasks, workloads=views)
 
-    app[STATE_KEY] = SnapshotDocument(snapshot)
-    app[METRICS_KEY] = SnapshotDocument(snapshot, master.metrics.exposition)
+    # GET /state holds every ended task the master keeps (unless asked for fewer); the
+    # web UI's events the newest only; /metrics none.
+    app[STATE_KEY] = SnapshotDocument(functools.partial(snapshot, None))
+    app[SHORTER_STATES_KEY] = ShorterStates(snapshot)
+    app[METRICS_KEY] = SnapshotDocument(functools.partial(snapshot, 0), master.metrics.exposition)
     served = [
         Route("/state", _state, Action.VIEW_STATE),
         Route("/metrics", _metrics, Action.VIEW_STATE),
@@ -99,6 +139,7 @@ def create_app(
             ),
             sandbox_ssl=sandbox_ssl,
         ),
+        *setup_operator_api(app, master),
         *routes,
     ]
     add_routes(app, served, guard or acl_guard(master, authn.request_principal))

@@ -10,6 +10,8 @@ route added without an action is refused (403), never served unchecked.
     | GET /  GET /ui/{name}  GET /state  GET /events | view_state          |
     | GET /metrics                                   | view_state          |
     | GET /agents/{a}/sandbox/{f}/{t}/{file}         | access_sandboxes    |
+    | POST /api/v1/frameworks/{f}/teardown           | teardown_frameworks |
+    | POST /api/v1/frameworks/{f}/tasks/{t}/kill     | kill_tasks          |
     | POST /workloads (mesolite.workloads.http)      | register_frameworks |
     | POST /workloads/{name}/stop                    | teardown_frameworks |
 
@@ -19,11 +21,13 @@ client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
 `principal_of` (the master's is `master.authn`: a client certificate or a bearer
 token, and with TLS a request without either never gets here; without TLS every
 request is anonymous, which ACLs allow only where they say ANY, and without an
-ACL file everything is allowed). For `access_sandboxes`
-the object is the principal of the framework named in the path; a route that
-declares `object_of` gives its own (a submitted workload's role, a workload's
-owner). A `teardown_frameworks` of what the caller itself owns needs no ACL entry
-(the action is for ending another principal's). Handlers read the principal with
+ACL file everything is allowed). For `access_sandboxes`, `teardown_frameworks`
+and `kill_tasks` the object is the principal of the framework named in the path
+(none for a framework the master does not know: only an entry whose object is
+ANY lets such a request through, to be told 404); a route that declares
+`object_of` gives its own instead (a submitted workload's role, a workload's
+submitter). Stopping one's own workload needs no ACL entry (`teardown_frameworks`
+there is for ending another principal's). Handlers read the principal with
 `principal(request)`: /events counts its streams per principal.
 """
 
@@ -37,7 +41,7 @@ import structlog
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from mesolite.master.acl import Action
+from mesolite.master.acl import OBJECT_KEY, Action
 
 if TYPE_CHECKING:
     from mesolite.master.master import Master
@@ -86,11 +90,11 @@ def acl_guard(
         route_object = request.app.get(_OBJECTS, {}).get(request.match_info.route.resource)
         if route_object is not None:
             obj = await route_object(request)
-        elif action is Action.ACCESS_SANDBOXES:
+            if action is Action.TEARDOWN_FRAMEWORKS and obj == who:
+                return who  # one's own workload
+        elif OBJECT_KEY[action] == "framework_principals":
             framework = master.frameworks.get(request.match_info.get("framework_id", ""))
             obj = framework.principal if framework is not None else None
-        if action is Action.TEARDOWN_FRAMEWORKS and obj == who:
-            return who  # one's own
         if not master.authorized(action, who, obj):
             if who is None:
                 raise web.HTTPUnauthorized(text="authenticate first: anonymous clients may not")

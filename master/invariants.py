@@ -9,7 +9,9 @@ What must always hold, whatever failed:
   offers, and the frameworks' allocations add up to the agents';
 - every offer belongs to exactly one framework and one live agent;
 - every running task is in exactly one place: its framework's and its agent's
-  books agree.
+  books agree;
+- an implicit reconciliation waits only while its framework is connected and
+  an agent holding its tasks is still re-registering (else its answer is owed).
 
 `check` is O(agents + frameworks + tasks + offers): cheap enough to run after
 every allocation cycle and every call when `MasterConfig.check_invariants` is
@@ -95,6 +97,21 @@ def check(master: MasterCore) -> list[str]:
                 f"framework {framework_id}: allocator counts {allocated}, "
                 f"tasks and offers hold {expected}"
             )
+    for framework in master.frameworks.values():
+        waiting = framework.deferred_reconciliations
+        if waiting and (
+            not framework.connected or not master._tasks_expected(framework.framework_id)
+        ):
+            what = f"framework {framework.framework_id}: reconciliation {waiting[0]}"
+            problems.append(f"{what} waits for nothing")
     if frameworks_total != agents_total:
         problems.append(f"frameworks hold {frameworks_total}, agents lend {agents_total}")
+    # The health check reads agents in this order and stops at the first not silent.
+    order = list(master._by_last_seen)
+    if sorted(order) != sorted(master.agents):
+        problems.append("the agents by last heard from are not the agents")
+    elif [master.agents[a].last_seen for a in order] != sorted(
+        master.agents[a].last_seen for a in order
+    ):
+        problems.append("the agents by last heard from are out of order")
     return problems

@@ -17,15 +17,23 @@ from collections.abc import Iterable
 from mesolite.master import messages as msg
 from mesolite.master.agents import AgentHandling
 from mesolite.master.config import MasterConfig
-from mesolite.master.errors import CallRejected, Refusal, RegistrationRefused
+from mesolite.master.errors import CallRejected, OperatorCallRefused, Refusal, RegistrationRefused
 from mesolite.master.frameworks import FrameworkHandling
 from mesolite.master.offers import OfferHandling
+from mesolite.master.operator import OperatorHandling
 from mesolite.master.recovery import RecoveryHandling
 from mesolite.master.role_settings import RoleHandling
 from mesolite.master.state import TaskRecord
 from mesolite.master.status_updates import StatusUpdateHandling
 
-__all__ = ["CallRejected", "Master", "MasterConfig", "Refusal", "RegistrationRefused"]
+__all__ = [
+    "CallRejected",
+    "Master",
+    "MasterConfig",
+    "OperatorCallRefused",
+    "Refusal",
+    "RegistrationRefused",
+]
 
 
 class Master(
@@ -35,6 +43,7 @@ class Master(
     StatusUpdateHandling,
     RecoveryHandling,
     RoleHandling,
+    OperatorHandling,
 ):
     def _start(self) -> None:
         self._apply_roles()

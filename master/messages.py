@@ -46,7 +46,17 @@ class Heartbeat:
     pass
 
 
-FrameworkMessage = Subscribed | Offers | Rescind | Update | AgentFailure | Error | Heartbeat
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """Every answer to the implicit reconciliation `call_id` has been sent."""
+
+    call_id: str
+    tasks: int
+
+
+FrameworkMessage = (
+    Subscribed | Offers | Rescind | Update | AgentFailure | Error | Heartbeat | Reconciled
+)
 
 # To agents: defined once, for the master and the agent alike.
 
@@ -69,6 +79,7 @@ __all__ = [
     "KillTask",
     "LaunchTask",
     "Offers",
+    "Reconciled",
     "Rescind",
     "Subscribed",
     "Update",

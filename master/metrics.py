@@ -77,7 +77,8 @@ LABELS = frozenset(
 ISOLATION_MODES = ("cgroups-v2", "cgroups-v1", "process-tree", "other")
 
 # Scheduler calls a framework can make (the `call` oneof of mesolite.v1.Call),
-# plus "none" for a call with nothing set.
+# "none" for a call with nothing set, and the operator API's calls
+# (master/operator_api.py).
 CALL_TYPES = (
     "subscribe",
     "accept",
@@ -88,7 +89,10 @@ CALL_TYPES = (
     "revive",
     "suppress",
     "teardown",
+    "batch",
     "none",
+    "operator_teardown",
+    "operator_kill",
 )
 
 # A small cluster allocates in well under a millisecond; 20k agents take ~0.5 s.
@@ -152,7 +156,10 @@ class MasterMetrics:
         )
         self._rejected = Counter(
             "mesolite_calls_rejected",
-            "Framework calls rejected with an ERROR event, by call type.",
+            "Calls refused, by call type: a framework's calls rejected with an ERROR "
+            "event, its SUBSCRIBE refused (the stream ends), and operator calls "
+            "(operator_teardown, operator_kill) refused by authentication, the ACLs or "
+            "the master.",
             ["call"],
             registry=r,
         )

@@ -47,18 +47,19 @@ class OfferHandling(MasterCore):
             self.offers[offer.offer_id] = OfferRecord(offer, timer)
             self.frameworks[d.framework_id].offers.add(offer.offer_id)
             by_framework.setdefault(d.framework_id, []).append(offer)
-            log.info(
+            log.debug(
                 "offer made",
                 offer_id=offer.offer_id,
                 framework_id=d.framework_id,
                 agent_id=d.agent_id,
-                resources=str(d.resources),
+                resources=d.resources,
             )
         for framework_id, offers in by_framework.items():
             outbox = self.frameworks[framework_id].outbox
             assert outbox is not None, "the allocator offers only to connected frameworks"
             outbox.send(msg.Offers(offers))
         self.metrics.offers_made(len(decisions))
+        self.activity.offers += len(decisions)
         return len(decisions)
 
     @checked
@@ -99,22 +100,26 @@ class OfferHandling(MasterCore):
             task = TaskRecord(spec, framework_id, agent_id)
             framework.tasks[spec.task_id] = task
             agent.tasks[(framework_id, spec.task_id)] = task
-            agent.outbox.send(msg.LaunchTask(framework_id, spec))
-            log.info(
+            agent.outbox.send(msg.LaunchTask(framework_id, spec, framework.info.user))
+            log.debug(
                 "launching task",
                 framework_id=framework_id,
                 agent_id=agent_id,
                 task_id=spec.task_id,
-                resources=str(spec.resources),
+                resources=spec.resources,
+                user=framework.info.user or None,
             )
-        self.allocator.recover(framework_id, agent_id, offered - wanted, refuse)
-        log.info(
+        unused = offered - wanted
+        self.allocator.recover(framework_id, agent_id, unused, refuse)
+        self.activity.accepted += len(offers)
+        self.activity.launched += len(placed)
+        log.debug(
             "offers accepted",
             framework_id=framework_id,
             agent_id=agent_id,
-            offer_ids=list(offer_ids),
+            offer_ids=offer_ids,
             tasks=len(tasks),
-            unused=str(offered - wanted),
+            unused=unused,
         )
         self.request_allocation()
 
@@ -131,10 +136,11 @@ class OfferHandling(MasterCore):
             self._drop_offer(o)
             self.allocator.recover(framework_id, o.offer.agent_id, o.offer.resources, refuse)
         self.metrics.offers_declined(len(offers))
-        log.info(
+        self.activity.declined += len(offers)
+        log.debug(
             "offers declined",
             framework_id=framework_id,
-            offer_ids=list(offer_ids),
+            offer_ids=offer_ids,
             refuse_seconds=refuse,
         )
         self.request_allocation()

@@ -9,7 +9,8 @@ each figure is derived here once:
   the agent timeout (`_healthy`);
 - a dominant share is the largest fraction of *any* resource in the cluster
   (DRF's share, whatever policy the master runs);
-- a weighted share is the policy's share divided by the role's weight, as the
+- a weighted share is the policy's share divided by the role's weight (or, for
+  a weight vector, each resource's part divided by its own weight), as the
   allocator orders by (read from the allocator);
 - a framework's `allocated` is what the allocator counts (its tasks plus its
   offers), `used` what its tasks hold, `offered` what its offers hold; the
@@ -17,11 +18,17 @@ each figure is derived here once:
 - `usage` is what tasks use as their agents measured it (the last heartbeat's
   figures): per task, summed per agent (cpus, mem) and over the cluster.
 
+History: the ended tasks of every framework, live or completed (the master
+keeps `max_completed_tasks_per_framework` of each), newest first, and the
+completed frameworks (`max_completed_frameworks`), newest first. A snapshot
+holds the newest `ended_tasks` of those tasks: `COMPLETED_TASKS_SHOWN` by
+default (the web UI, /metrics, the demo), every one for GET /state (`None`).
+
 Cost: one pass over each of the master's collections, O(agents + frameworks +
 tasks + offers + roles) resource-vector operations (each O(resource names)),
 plus sorting the roles and removed agents by name, the newest
-`COMPLETED_TASKS_SHOWN` ended tasks of each framework (O(frameworks)), and the
-fair shares (`Master.fair_shares`: steady ones cached, instantaneous ones
+`ended_tasks` ended tasks of each framework (O(frameworks x ended_tasks), a
+heap merge), and the fair shares (`Master.fair_shares`: steady ones cached, instantaneous ones
 computed). A snapshot is built once per GET /state, per /events tick (only
 while a page listens) and per /metrics scrape; nothing is kept up to date on
 the hot paths, and nothing here changes the master.
@@ -42,6 +49,7 @@ from mesolite.snapshot import (
     AgentSnapshot,
     ClusterSnapshot,
     ClusterTotals,
+    CompletedFrameworkSnapshot,
     EndedTaskSnapshot,
     FrameworkSnapshot,
     OfferSnapshot,
@@ -61,9 +69,14 @@ _DRF = DRFPolicy()
 
 
 def build_snapshot(
-    master: Master, *, now: float | None = None, workloads: WorkloadViews = ((), ())
+    master: Master,
+    *,
+    now: float | None = None,
+    ended_tasks: int | None = COMPLETED_TASKS_SHOWN,
+    workloads: WorkloadViews = ((), ()),
 ) -> ClusterSnapshot:
-    """The cluster now. `now` is on the master's clock (tests move it to see health age).
+    """The cluster now. `now` is on the master's clock (tests move it to see health age);
+    `ended_tasks`: how many of the newest ended tasks it holds (None: every one kept).
     `workloads`: the jobs and services of the built-in frameworks beside the master (they
     are not the master's to know: `MasterServer(workloads=...)` asks them)."""
     now = master.now() if now is None else now
@@ -102,7 +115,12 @@ def build_snapshot(
         offers=offers,
         tasks=tasks,
         removed_agents=tuple(sorted(master.removed_agents)),
-        completed_tasks=_recently_ended(master.frameworks.values()),
+        completed_tasks=_recently_ended(
+            [*master.frameworks.values(), *master.completed_frameworks.values()], ended_tasks
+        ),
+        completed_frameworks=tuple(
+            _completed_framework(f) for f in reversed(master.completed_frameworks.values())
+        ),
         jobs=workloads[0],
         services=workloads[1],
     )
@@ -156,6 +174,8 @@ def _framework(
         completed_tasks=len(f.completed),
         registered_at=f.registered_at,
         used_dominant_share=_DRF.share(used, total),
+        user=f.info.user,
+        resource_weights=alloc.role_resource_weights(f.info.role),
     )
 
 
@@ -216,6 +236,7 @@ def _roles(master: Master, frameworks_in: Counter[str]) -> tuple[RoleSnapshot, .
                 instantaneous_fair_share=instantaneous.get(path, EMPTY),
                 active=tree.role_active(path),
                 frameworks=frameworks_in[path],
+                resource_weights=tree.role_resource_weights(path),
             )
         )
     return tuple(roles)
@@ -241,10 +262,16 @@ def _offer(offer: Offer) -> OfferSnapshot:
     return OfferSnapshot(offer.offer_id, offer.framework_id, offer.agent_id, offer.resources)
 
 
-def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSnapshot, ...]:
-    """The newest `COMPLETED_TASKS_SHOWN` ended tasks of all frameworks, newest first."""
-    shown = COMPLETED_TASKS_SHOWN
-    newest = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
+def _recently_ended(
+    frameworks: Iterable[FrameworkRecord], shown: int | None
+) -> tuple[EndedTaskSnapshot, ...]:
+    """The newest `shown` ended tasks of `frameworks` (None: all), newest first."""
+    if shown is None:
+        every = [t for f in frameworks for t in reversed(f.completed)]
+        newest = sorted(every, key=_ended_at, reverse=True)  # as nlargest orders ties
+    else:
+        candidates = (t for f in frameworks for t in itertools.islice(reversed(f.completed), shown))
+        newest = heapq.nlargest(shown, candidates, key=_ended_at)
     return tuple(
         EndedTaskSnapshot(
             id=t.spec.task_id,
@@ -255,15 +282,31 @@ def _recently_ended(frameworks: Iterable[FrameworkRecord]) -> tuple[EndedTaskSna
             resources=t.spec.resources,
             message=t.status.message if t.status else "",
             exit_code=t.status.exit_code if t.status else None,
-            ended_at=t.status.timestamp if t.status else None,
+            ended_at=_ended_at(t) or None,
             reason=t.status.reason if t.status else "",
         )
-        for t in heapq.nlargest(shown, newest, key=_ended_at)
+        for t in newest
+    )
+
+
+def _completed_framework(f: FrameworkRecord) -> CompletedFrameworkSnapshot:
+    return CompletedFrameworkSnapshot(
+        id=f.framework_id,
+        name=f.info.name,
+        role=f.info.role,
+        registered_at=f.registered_at,
+        ended_at=f.ended_at or 0.0,
+        reason=f.end_reason,
+        completed_tasks=len(f.completed),
+        tasks_by_state=dict(f.ended_counts),  # counted once, as it entered the history
     )
 
 
 def _ended_at(task: TaskRecord) -> float:
-    return task.status.timestamp if task.status else 0.0
+    """When it ended: its last status's time, else when the master saw it end."""
+    if task.status is not None and task.status.timestamp:
+        return task.status.timestamp
+    return task.ended_at or 0.0
 
 
 __all__ = ["COMPLETED_TASKS_SHOWN", "agent_snapshot", "build_snapshot"]

@@ -77,7 +77,9 @@ class RecoveryHandling(MasterCore):
         if self.recovering_agents:
             self._recovery_timer = self._timers.call_later(window, self._recovery_expired)
         for entry in self.registry.frameworks():
-            info = FrameworkInfo(entry.name, entry.role, entry.failover_timeout, entry.framework_id)
+            info = FrameworkInfo(
+                entry.name, entry.role, entry.failover_timeout, entry.framework_id, entry.user
+            )
             framework = FrameworkRecord(
                 entry.framework_id,
                 info,
@@ -142,3 +144,4 @@ class RecoveryHandling(MasterCore):
             log.warning("agent did not re-register; removed", agent_id=agent_id, tasks=len(tasks))
         for framework in list(self.frameworks.values()):
             self._forget_if_done(framework)
+        self._answer_deferred_reconciliations()

@@ -5,7 +5,11 @@ role has
 
 - a **weight** (default 1): its share of its parent's resources relative to its
   siblings. Weight 0 is allowed and, as in the Fair Scheduler, makes the role
-  *fixed*: it gets its guarantee and nothing more.
+  *fixed*: it gets its guarantee and nothing more. The weight may also be a
+  table, one weight per resource (the DRF paper's weight vector):
+  `weight = { cpus = 2, mem = 1 }`; resources it does not name weigh 1. The
+  allocator then orders by the weighted dominant share max_r(share_r / w_r),
+  and fair shares divide each resource by the weights for it.
 - a **guarantee** per resource: the amount it is entitled to even when its
   weight alone would give it less.
 - a **limit** per resource: the most it may hold. A resource the limit does not
@@ -22,6 +26,7 @@ The file is TOML:
 
     [roles."eng/ml"]        # a path with "/" must be quoted
     limit = { gpus = 2 }
+    weight = { gpus = 4 }   # 4 for GPUs, 1 for everything else
 
 A parent that is not declared (`eng` above, if it were missing) exists
 implicitly with weight 1. The default role `*` always exists; the file may set
@@ -29,7 +34,8 @@ its weight, guarantee and limit but it cannot have children.
 
 Checks made when loading, each reported with the file and line:
 
-- weights finite and >= 0; amounts finite, >= 0 and at most 1e15 (what
+- weights (each one of a table too) finite and >= 0, with valid resource
+  names; amounts finite, >= 0 and at most 1e15 (what
   `Resources` holds); percentages between 0 and 100; no unknown keys;
 - a guarantee above the same role's limit, or above the limit of any of its
   ancestors (a child can never get more than its parent may hold).
@@ -156,14 +162,23 @@ def _empty() -> Mapping[str, Amount]:
     return MappingProxyType({})
 
 
+def _no_weights() -> Mapping[str, float]:
+    return MappingProxyType({})
+
+
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
-    """One role as configured; an empty guarantee or limit means none."""
+    """One role as configured; an empty guarantee or limit means none.
+
+    `resource_weights` holds a weight table's entries (the resources it names);
+    every other resource weighs `weight`, which is 1 when the file gave a table.
+    """
 
     path: str
     weight: float = 1.0
     guarantee: Mapping[str, Amount] = field(default_factory=_empty)
     limit: Mapping[str, Amount] = field(default_factory=_empty)
+    resource_weights: Mapping[str, float] = field(default_factory=_no_weights)
 
 
 Resolved = tuple[Resources, dict[str, float] | None]
@@ -279,12 +294,7 @@ class _Parser:
                 if isinstance(value, dict):
                     hint = f' (for a child role write [roles."{path}/{key}"])'
                 self.fail((*where, key), f"role {path!r}: unknown key {key!r}{hint}")
-        weight = body.get("weight", 1.0)
-        if not is_finite_number(weight) or weight < 0:
-            self.fail(
-                (*where, "weight"),
-                f"role {path!r}: weight must be a finite number >= 0, got {weight!r}",
-            )
+        weight, resource_weights = self.weight(path, body.get("weight", 1.0))
         guarantee = self.amounts(path, "guarantee", body.get("guarantee", {}))
         limit = self.amounts(path, "limit", body.get("limit", {}))
         for name, promised in guarantee.items():
@@ -294,7 +304,30 @@ class _Parser:
                     (*where, "guarantee", name),
                     f"role {path!r}: guarantee {name} = {promised} is above its limit {cap}",
                 )
-        return RoleSpec(path, float(weight), guarantee, limit)
+        return RoleSpec(path, weight, guarantee, limit, resource_weights)
+
+    def weight(self, path: str, value: object) -> tuple[float, Mapping[str, float]]:
+        """(the weight, the table's weights per resource): a number, or a table of them."""
+        where = ("roles", path, "weight")
+        if not isinstance(value, dict):
+            if not is_finite_number(value) or value < 0:
+                self.fail(
+                    where,
+                    f"role {path!r}: weight must be a finite number >= 0 (or a table of them"
+                    f" per resource, like {{ cpus = 2 }}), got {value!r}",
+                )
+            return float(value), MappingProxyType({})
+        weights: dict[str, float] = {}
+        for name, w in value.items():
+            at = (*where, name)
+            if not _RESOURCE_NAME.fullmatch(name):
+                self.fail(at, f"role {path!r}: invalid resource name {name!r} in weight")
+            if not is_finite_number(w) or w < 0:
+                self.fail(
+                    at, f"role {path!r}: weight {name} must be a finite number >= 0, got {w!r}"
+                )
+            weights[name] = float(w)
+        return 1.0, MappingProxyType(weights)
 
     def amounts(self, path: str, kind: str, table: object) -> Mapping[str, Amount]:
         where = ("roles", path, kind)

@@ -20,7 +20,10 @@ class RoleHandling(MasterCore):
             role: RoleSettings(weight=weight) for role, weight in self.config.weights.items()
         }
         for path, (guarantee, limit) in self.roles_config.resolve(self.allocator.total).items():
-            settings[path] = RoleSettings(self.roles_config.spec(path).weight, guarantee, limit)
+            spec = self.roles_config.spec(path)
+            settings[path] = RoleSettings(
+                spec.weight, guarantee, limit, dict(spec.resource_weights) or None
+            )
         self.allocator.configure_roles(settings)
         self._steady_shares = None
 
@@ -45,7 +48,10 @@ class RoleHandling(MasterCore):
         tree = self.allocator.roles
         return {
             path: ShareInput(
-                tree.role_weight(path), tree.role_guarantee(path), tree.role_limit(path)
+                tree.role_weight(path),
+                tree.role_guarantee(path),
+                tree.role_limit(path),
+                tree.role_resource_weights(path),
             )
             for path in tree.role_paths()
         }

@@ -11,7 +11,11 @@ guarantees are served first), the weighted share is the policy's share of the
 subtree's allocation (relative to the cluster total, as in Mesos' hierarchical
 DRF) divided by the role's weight, and `seq` (creation order) breaks ties
 deterministically. A role's own frameworks sit in a group entry beside its
-child roles, weighted 1 (Mesos' "virtual leaf").
+child roles, weighted 1 (Mesos' "virtual leaf"). A role's weight may be a
+vector, one weight per resource (`resource_weights`; the resources it does
+not name weigh `weight`): then its weighted share is the policy's, each
+resource's part divided by its own weight (DRF: max over r of share_r / w_r;
+`master.policies.base`).
 
 Changing one framework's allocation re-positions it and each of its ancestors
 in their parents' lists: O(depth x log(siblings)). Only a change of the
@@ -33,7 +37,7 @@ from dataclasses import dataclass, field
 
 from sortedcontainers import SortedList
 
-from mesolite.master.policies import DRFPolicy, SharePolicy
+from mesolite.master.policies import DRFPolicy, SharePolicy, weighted_share
 from mesolite.model import DEFAULT_ROLE
 from mesolite.resources import EMPTY, Resources
 
@@ -71,6 +75,8 @@ class _Role:
     name: str
     parent: _Role | None
     weight: float = 1.0
+    # One weight per resource, for the resources it names (None: `weight` for all).
+    resource_weights: dict[str, float] | None = None
     guarantee: Resources = EMPTY
     # Thousandths per limited resource; a name with 0 allows none of it
     # (which `Resources`, dropping zeros, could not say). None: no limit.
@@ -118,14 +124,27 @@ class RoleTree:
         return True
 
     def configure_role(
-        self, path: str, weight: float, guarantee: Resources, limit: Mapping[str, float] | None
+        self,
+        path: str,
+        weight: float,
+        guarantee: Resources,
+        limit: Mapping[str, float] | None,
+        resource_weights: Mapping[str, float] | None = None,
     ) -> None:
-        """Set a role's weight, guarantee and limit (amounts per resource; None: unlimited)."""
+        """Set a role's weight, guarantee and limit (amounts per resource; None: unlimited).
+
+        `resource_weights` gives the resources it names a weight of their own;
+        the others weigh `weight`.
+        """
         if weight < 0 or weight != weight:
             raise ValueError(f"weight of role {path!r} must be >= 0, got {weight}")
+        for name, w in (resource_weights or {}).items():
+            if w < 0 or w != w:
+                raise ValueError(f"weight of role {path!r} for {name} must be >= 0, got {w}")
         self.ensure_role(path)
         role = self._roles[path]
         role.weight, role.guarantee, role.configured = weight, guarantee, True
+        role.resource_weights = dict(resource_weights) if resource_weights else None
         role.limit = None if limit is None else {n: round(a * 1000) for n, a in limit.items()}
         self._reposition_role(role)
 
@@ -158,6 +177,11 @@ class RoleTree:
     def role_weight(self, path: str) -> float:
         return self._roles[path].weight
 
+    def role_resource_weights(self, path: str) -> dict[str, float] | None:
+        """The role's own weight per resource it names; None when `role_weight` is for all."""
+        weights = self._roles[path].resource_weights
+        return None if weights is None else dict(weights)
+
     def role_guarantee(self, path: str) -> Resources:
         return self._roles[path].guarantee
 
@@ -177,7 +201,7 @@ class RoleTree:
     def role_share(self, path: str) -> float:
         """The role's weighted share (policy share of its subtree / its weight)."""
         role = self._roles[path]
-        return self._weighted(role.allocation, role.weight)
+        return self._weighted(role)
 
     # Frameworks ------------------------------------------------------------
 
@@ -250,7 +274,7 @@ class RoleTree:
     def framework_share(self, framework_id: str) -> float:
         """The framework's share under the policy, divided by its role's weight."""
         framework = self._frameworks[framework_id]
-        return self._weighted(framework.allocation, framework.role.weight)
+        return self._weighted(framework.role, framework.allocation)
 
     def wanting_count(self) -> int:
         return self._root.wanting
@@ -307,11 +331,10 @@ class RoleTree:
 
     # Internals -------------------------------------------------------------
 
-    def _weighted(self, allocation: Resources, weight: float) -> float:
-        share = self.policy.share(allocation, self._total)
-        if weight > 0:
-            return share / weight
-        return float("inf") if share > 0 else 0.0
+    def _weighted(self, role: _Role, allocation: Resources | None = None) -> float:
+        """The policy's share of `allocation` (default: the role's) over the role's weight."""
+        held = role.allocation if allocation is None else allocation
+        return weighted_share(self.policy, held, self._total, role.weight, role.resource_weights)
 
     def _framework_key(self, framework: _Framework) -> tuple[float, int, str]:
         share = self.policy.share(framework.allocation, self._total)
@@ -324,7 +347,7 @@ class RoleTree:
         below = not role.allocation.contains(role.guarantee)
         return (
             0 if below else 1,
-            self._weighted(role.allocation, role.weight),
+            self._weighted(role),
             role.seq,
             role.name,
         )

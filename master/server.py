@@ -24,7 +24,7 @@ import grpc.aio
 import structlog
 from aiohttp import web
 
-from mesolite import grpc_utils
+from mesolite import grpc_utils, http_serving
 from mesolite.http_hosts import AllowedHosts
 from mesolite.master.authn import Authenticator
 from mesolite.master.effects import AsyncioTimers
@@ -39,6 +39,9 @@ from mesolite.tls import TlsError, check_listen
 from mesolite.v1 import agent_pb2_grpc, scheduler_pb2_grpc
 
 log = structlog.get_logger(__name__)
+
+# How often the master logs what it did as one line (master/activity.py).
+ACTIVITY_LOG_PERIOD = 10.0
 
 
 class MasterServer:
@@ -110,9 +113,18 @@ class MasterServer:
                 "certs init` wrote a starter acls.json)"
             )
         authn = self.authn = Authenticator(tls is not None, self.config.credentials_file)
-        timers = AsyncioTimers(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        timers = AsyncioTimers(loop)
         master = self.master = Master(self.config, timers=timers, clock=self._clock)
-        self._grpc = grpc_utils.create_server(interceptors=[authn.interceptor()])
+        # One commit per turn of the loop, before any message it acknowledges goes out.
+        master.registry.defer_commits(loop.call_soon)
+        cfg = self.config
+        self._grpc = grpc_utils.create_server(
+            interceptors=[authn.interceptor()],
+            # Every agent and framework may connect at once (a master restart, a
+            # registration storm): grpc must queue that many new streams for us.
+            pending_streams=cfg.max_agents + cfg.max_frameworks,
+        )
         limits = GrpcStreamLimits(self.config.grpc_streams)  # shared by both services
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(
             SchedulerService(master, authn, limits), self._grpc
@@ -136,24 +148,30 @@ class MasterServer:
             routes=self._routes,
             workloads=self._workloads,
         )
-        self._http = web.AppRunner(app, access_log=None)
+        http_limits = self.config.http_connections.fitted(http_serving.descriptor_limit())
+        self._http = http_serving.runner(app, http_limits)
         await self._http.setup()
-        site = web.TCPSite(
+        site = http_serving.LimitedSite(
             self._http,
             self.host,
             self._http_port,
+            limits=http_limits,
             ssl_context=tls.server_context(require_client_cert=False) if tls else None,
+            label="master",
         )
         await site.start()
-        self.http_port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.http_port = site.port
 
-        cfg = self.config
         self._loops = [
             asyncio.create_task(self._allocation_loop(master)),
-            asyncio.create_task(_every(cfg.agent_heartbeat_interval, master.check_agent_health)),
+            # Cheap however many agents there are (it reads only the silent ones).
+            asyncio.create_task(
+                _every(min(1.0, cfg.agent_heartbeat_interval), master.check_agent_health)
+            ),
             asyncio.create_task(
                 _every(cfg.framework_heartbeat_interval, master.send_framework_heartbeats)
             ),
+            asyncio.create_task(_every(ACTIVITY_LOG_PERIOD, master.log_activity)),
         ]
         log.info(
             "master started",

@@ -28,11 +28,12 @@ from google.protobuf.message import DecodeError
 from mesolite import convert
 from mesolite.logs import clip
 from mesolite.master import messages as msg
+from mesolite.master import validation
 from mesolite.master.authn import Authenticator
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
 from mesolite.master.stream_limits import GrpcStreamLimits
 from mesolite.resources import InvalidResources
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_grpc
 
 log = structlog.get_logger(__name__)
@@ -42,6 +43,12 @@ T = TypeVar("T")
 # How far a peer may fall behind in reading its messages before the master drops it.
 OUTBOX_CAPACITY = 10_000
 
+# A peer that asked for batches (Register.batches, Subscribe.batches) gets whatever is
+# waiting in its outbox in one message (`in_batches`: at most 1 MiB, never its first
+# message), up to this many: one write never holds a whole backlog. Each message costs
+# the event loop about as much as its handling, so the busier the master, the more each
+# write carries.
+BATCH_EVENTS = 1_000
 
 # Why a stream is refused (INVALID_ARGUMENT) when its peer sends bytes that are not a
 # message: grpc decodes each message as the handler reads it, raising DecodeError.
@@ -190,7 +197,9 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         ):
             if first is None:
                 return
-            if first.WhichOneof("call") != "subscribe":
+            if (kind := first.WhichOneof("call")) != "subscribe":
+                self._master.metrics.call_rejected(kind)
+                log.warning("stream refused: the first call is not SUBSCRIBE", call=kind)
                 await context.abort(
                     grpc.StatusCode.INVALID_ARGUMENT, "the first call must be SUBSCRIBE"
                 )
@@ -198,10 +207,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 info = convert.framework_info_from_proto(first.subscribe.framework_info)
                 framework_id = self._master.subscribe(info, outbox, principal=principal)
             except RegistrationRefused as e:
+                self._master.metrics.call_rejected("subscribe")
                 log.warning(
                     "subscription refused",
                     reason=clip(str(e), _ERROR_TEXT_LIMIT),
                     refusal=e.refusal.value,
+                    framework_id=clip(info.framework_id) or None,
+                    principal=principal,
                 )
                 await _refuse(context, e)
                 return
@@ -209,18 +221,32 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             def handle(call: scheduler_pb2.Call) -> None:
                 if outbox.closed:
                     return  # replaced by a newer subscription; ignore stale calls
-                self._dispatch(framework_id, call, outbox)
+                if call.WhichOneof("call") != "batch":
+                    self._dispatch(framework_id, call, outbox)
+                elif problem := validation.batch_problem(len(call.batch.calls)):
+                    self._reject(framework_id, call, "batch", problem, outbox)
+                else:
+                    for inner in call.batch.calls:
+                        if outbox.closed:
+                            return
+                        self._dispatch(framework_id, inner, outbox)
 
             reader = _read_into(request_iterator, handle, outbox)
+            batches = first.subscribe.batches
             try:
-                async for message in outbox.drain():
-                    yield _framework_event(message)
+                async for messages in outbox.drain_batches(BATCH_EVENTS):
+                    # What these messages acknowledge is on disk before they go out.
+                    self._master.registry.flush()
+                    events = map(_framework_event, messages)
+                    for event in (
+                        in_batches(events, _framework_batch, _subscribed) if batches else events
+                    ):
+                        yield event
             finally:
                 reader.cancel()
                 self._master.disconnect_framework(framework_id, outbox)
             if outbox.close_reason.startswith(_UNDECODABLE):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
-
 
     def _dispatch(
         self,
@@ -246,7 +272,7 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 ack = call.acknowledge
                 master.acknowledge(framework_id, ack.agent_id, ack.task_id, ack.update_id)
             elif kind == "reconcile":
-                master.reconcile(framework_id, list(call.reconcile.task_ids))
+                master.reconcile(framework_id, list(call.reconcile.task_ids), call.call_id)
             elif kind == "revive":
                 master.revive(framework_id)
             elif kind == "suppress":
@@ -255,19 +281,31 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 master.teardown(framework_id)
             elif kind == "subscribe":
                 raise CallRejected("already subscribed on this stream")
+            elif kind == "batch":
+                raise CallRejected("a batch may not hold a batch")
             else:
                 raise CallRejected("empty call")
         except (CallRejected, InvalidResources, ValueError) as e:
-            master.metrics.call_rejected(kind)
-            reason = clip(str(e), _ERROR_TEXT_LIMIT)
-            log.warning(
-                "call rejected",
-                framework_id=framework_id,
-                call=kind,
-                call_id=clip(call.call_id),
-                reason=reason,
-            )
-            outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
+            self._reject(framework_id, call, kind, str(e), outbox)
+
+    def _reject(
+        self,
+        framework_id: str,
+        call: scheduler_pb2.Call,
+        kind: str | None,
+        why: str,
+        outbox: StreamWriter[msg.FrameworkMessage],
+    ) -> None:
+        self._master.metrics.call_rejected(kind)
+        reason = clip(why, _ERROR_TEXT_LIMIT)
+        log.warning(
+            "call rejected",
+            framework_id=framework_id,
+            call=kind,
+            call_id=clip(call.call_id),
+            reason=reason,
+        )
+        outbox.send(msg.Error(f"{kind}: {reason}", call.call_id))
 
 
 def _refuse_seconds(filters: scheduler_pb2.Filters | None) -> float | None:
@@ -282,7 +320,7 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
         case msg.Subscribed(framework_id, interval):
             return E(
                 subscribed=E.Subscribed(
-                    framework_id=framework_id, heartbeat_interval_seconds=interval
+                    framework_id=framework_id, heartbeat_interval_seconds=interval, batches=True
                 )
             )
         case msg.Offers(offers):
@@ -297,7 +335,17 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
             return E(error=E.Error(message=message_text, call_id=call_id))
         case msg.Heartbeat():
             return E(heartbeat=E.Heartbeat())
+        case msg.Reconciled(call_id, tasks):
+            return E(reconciled=E.Reconciled(call_id=call_id, tasks=tasks))
     raise TypeError(f"not a framework message: {message!r}")
+
+
+def _framework_batch(events: list[scheduler_pb2.Event]) -> scheduler_pb2.Event:
+    return scheduler_pb2.Event(batch=scheduler_pb2.Event.Batch(events=events))
+
+
+def _subscribed(event: scheduler_pb2.Event) -> bool:
+    return event.WhichOneof("event") == "subscribed"
 
 
 # Agents ----------------------------------------------------------------------
@@ -378,11 +426,18 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 await _refuse(context, e)
                 return
 
-            def handle(call: agent_pb2.AgentCall) -> None:
+            def handle(call: agent_pb2.AgentCall, nested: bool = False) -> None:
                 if outbox.closed:
                     return
                 kind = call.WhichOneof("call")
-                if kind == "heartbeat":
+                if kind == "batch" and not nested:
+                    calls = call.batch.calls
+                    if problem := validation.batch_problem(len(calls)):
+                        log.warning("batch refused", agent_id=agent_id, reason=problem)
+                        return
+                    for inner in calls:
+                        handle(inner, nested=True)
+                elif kind == "heartbeat":
                     try:
                         usage = [convert.usage_from_proto(u) for u in call.heartbeat.usage]
                     except ValueError as e:
@@ -406,9 +461,16 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                     log.warning("unexpected agent call", agent_id=agent_id, call=kind)
 
             reader = _read_into(request_iterator, handle, outbox)
+            batches = reg.batches
             try:
-                async for message in outbox.drain():
-                    yield _agent_event(message)
+                async for messages in outbox.drain_batches(BATCH_EVENTS):
+                    # What these messages acknowledge is on disk before they go out.
+                    self._master.registry.flush()
+                    events = map(_agent_event, messages)
+                    for event in (
+                        in_batches(events, _agent_batch, _registered) if batches else events
+                    ):
+                        yield event
             finally:
                 reader.cancel()
                 self._master.disconnect_agent(agent_id, outbox)
@@ -426,12 +488,14 @@ def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
     match message:
         case msg.AgentRegistered(agent_id, interval):
             return E(
-                registered=E.Registered(agent_id=agent_id, heartbeat_interval_seconds=interval)
+                registered=E.Registered(
+                    agent_id=agent_id, heartbeat_interval_seconds=interval, batches=True
+                )
             )
-        case msg.LaunchTask(framework_id, task):
+        case msg.LaunchTask(framework_id, task, user):
             return E(
                 launch_task=E.LaunchTask(
-                    framework_id=framework_id, task=convert.task_to_proto(task)
+                    framework_id=framework_id, task=convert.task_to_proto(task), user=user
                 )
             )
         case msg.KillTask(framework_id, task_id):
@@ -443,3 +507,11 @@ def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:
                 )
             )
     raise TypeError(f"not an agent message: {message!r}")
+
+
+def _agent_batch(events: list[agent_pb2.AgentEvent]) -> agent_pb2.AgentEvent:
+    return agent_pb2.AgentEvent(batch=agent_pb2.AgentEvent.Batch(events=events))
+
+
+def _registered(event: agent_pb2.AgentEvent) -> bool:
+    return event.WhichOneof("event") == "registered"

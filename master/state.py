@@ -30,6 +30,8 @@ class TaskRecord:
     end_pending: bool = False
     # What it uses, as its agent last measured it (heartbeats); None if unmeasured.
     usage: TaskUsage | None = None
+    # When the master saw it end (wall clock), for an end whose status has no time.
+    ended_at: float | None = None
 
 
 @dataclass(slots=True)
@@ -64,6 +66,12 @@ class FrameworkRecord:
     tasks: dict[str, TaskRecord] = field(default_factory=dict)
     completed: deque[TaskRecord] = field(default_factory=deque)
     completed_by_id: dict[str, TaskRecord] = field(default_factory=dict)  # the newest
+    # Ended tasks pushed out of `completed` (the newest of their id) while their end is
+    # still pending (`end_pending`): their updates must still reach the framework.
+    ending: dict[str, TaskRecord] = field(default_factory=dict)
+    # Task id -> agent id -> how many of `completed` and `ending` ran there (an id may be
+    # used again, on another agent): which agents may still send updates of an ended task.
+    completed_on: dict[str, dict[str, int]] = field(default_factory=dict)
     offers: set[str] = field(default_factory=set)
     suppressed: bool = False
     disconnected_at: float | None = None
@@ -71,8 +79,17 @@ class FrameworkRecord:
     # Updates the master made (say, TASK_LOST) while the framework was away,
     # sent when it subscribes again.
     undelivered: list[TaskStatus] = field(default_factory=list)
+    # Call ids of implicit reconciliations on its current stream that wait for
+    # agents re-registering after a restart (master/status_updates.py).
+    deferred_reconciliations: list[str] = field(default_factory=list)
     # Torn down, waiting for its tasks to end; unknown to everyone else.
     removing: bool = False
+    # When it was torn down (wall clock) and why; kept in the history after it is
+    # removed (`MasterCore.completed_frameworks`).
+    ended_at: float | None = None
+    end_reason: str = ""
+    # Once in the history (its ended tasks no longer change): how many ended in each state.
+    ended_counts: dict[str, int] = field(default_factory=dict)
     # Who subscribed it (from the connection; None without authentication): only
     # that principal may subscribe with this framework id again.
     principal: str | None = None

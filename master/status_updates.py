@@ -9,18 +9,25 @@ need no acknowledgement and wait for frameworks that are away.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.errors import CallRejected
 from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
-from mesolite.master.validation import clip, ids_problem
+from mesolite.master.validation import MAX_UPDATES_PER_TASK, clip, id_problem, ids_problem
 from mesolite.model import (
     StatusSource,
     TaskState,
     TaskStatus,
 )
+
+# A task's usual states: their updates are logged at debug (thousands a second).
+_USUAL_COURSE = frozenset({TaskState.STARTING, TaskState.RUNNING, TaskState.FINISHED})
+
+# Implicit reconciliations of one framework that may wait at once for agents
+# re-registering after a restart (the SDK sends one per subscription).
+MAX_DEFERRED_RECONCILIATIONS = 16
 
 
 class StatusUpdateHandling(MasterCore):
@@ -34,7 +41,7 @@ class StatusUpdateHandling(MasterCore):
         agent = self.agents.get(agent_id)
         if agent is None:
             return
-        agent.last_seen = self._clock()
+        self._heard_from(agent)
         if problem := self._foreign_update(agent_id, status):
             log.warning(
                 "status update refused",
@@ -46,14 +53,21 @@ class StatusUpdateHandling(MasterCore):
             return
         framework = self.frameworks.get(status.framework_id)
         task = framework.tasks.get(status.task_id) if framework else None
+        if task is not None and _over_bound(task, status):
+            self._acknowledge_here(agent, status, "update past the task's bound of updates")
+            return
         if framework is None or task is None:
             task = self._completed_task(framework, status.task_id) if framework else None
+            if task is not None and _over_bound(task, status):
+                self._acknowledge_here(agent, status, "update past the task's bound of updates")
+                return
             if task is not None and task.end_pending and status.update_id:
                 # Ended early (below): its updates still reach the framework, in order.
                 if status.update_id not in task.applied_updates:
                     task.applied_updates.add(status.update_id)
                     task.status = status
-                    task.end_pending = not status.state.is_terminal
+                    if status.state.is_terminal and framework is not None:
+                        self._end_delivered(framework, task)
             elif task is None or status.update_id not in task.applied_updates:
                 # Nobody is left to acknowledge it: do so, so the agent stops retrying.
                 self._acknowledge_here(agent, status, "update for an unknown task")
@@ -91,7 +105,10 @@ class StatusUpdateHandling(MasterCore):
     def _apply(self, agent_id: str, task: TaskRecord, status: TaskStatus) -> None:
         task.applied_updates.add(status.update_id)
         task.status = status
-        log.info(
+        self.activity.updates[status.state.value] += 1
+        # The usual course at debug (counted for the activity line); anything else at info.
+        logged = log.debug if status.state in _USUAL_COURSE else log.info
+        logged(
             "task status",
             framework_id=status.framework_id,
             agent_id=agent_id,
@@ -117,13 +134,12 @@ class StatusUpdateHandling(MasterCore):
         if framework is None:
             return None  # acknowledged below, so the agent stops re-sending it
         task = framework.tasks.get(status.task_id)
+        placed: Collection[str]
         if task is not None:
-            placed = {task.agent_id}
-        elif status.task_id in framework.completed_by_id:
-            # Ended: a task id may have been used again, on another agent.
-            placed = {t.agent_id for t in framework.completed if t.spec.task_id == status.task_id}
+            placed = (task.agent_id,)
         else:
-            placed = set()
+            # Ended: a task id may have been used again, on another agent.
+            placed = framework.completed_on.get(status.task_id, ())
         if placed and agent_id not in placed:
             return f"the task was placed on agent {', '.join(sorted(placed))}"
         return None
@@ -180,7 +196,7 @@ class StatusUpdateHandling(MasterCore):
             update_id=update_id,
         )
 
-    def reconcile(self, framework_id: str, task_ids: Sequence[str]) -> None:
+    def reconcile(self, framework_id: str, task_ids: Sequence[str], call_id: str = "") -> None:
         """Answer with the latest known state of each task, as Mesos does.
 
         Explicit (task ids given): the state of each task the master knows; a
@@ -189,16 +205,21 @@ class StatusUpdateHandling(MasterCore):
         bring it back, or report how it ended (an end the previous master
         applied while the framework was away is in no registry), so the
         master does not answer for it yet (as Mesos): the framework asks
-        again. Implicit (no ids): every running task of the framework.
+        again.
+
+        Implicit (no ids): every live task of the framework, then `Reconciled`
+        with `call_id`, so the framework knows its picture is complete (the SDK
+        holds offers until then). While agents the registry placed its tasks on
+        are still re-registering after a restart, the whole answer waits for
+        them (or for their window to end, their tasks then TASK_LOST first):
+        answered earlier, it would leave out tasks that are running.
         """
         framework = self._framework(framework_id)
         assert framework.outbox is not None
         if problem := ids_problem("task ids", task_ids):
             raise CallRejected(problem)
         if not task_ids:
-            for task in framework.tasks.values():
-                framework.outbox.send(msg.Update(self._latest_status(task)))
-            log.info("reconciled", framework_id=framework_id, tasks=len(framework.tasks))
+            self._reconcile_all(framework, call_id)
             return
         unanswered = []
         for task_id in task_ids:
@@ -225,6 +246,53 @@ class StatusUpdateHandling(MasterCore):
             )
         log.info("reconciled", framework_id=framework_id, tasks=len(task_ids))
 
+    def _reconcile_all(self, framework: FrameworkRecord, call_id: str) -> None:
+        framework_id = framework.framework_id
+        if call_id and (problem := id_problem("call id", call_id)):
+            raise CallRejected(problem)
+        if self._tasks_expected(framework_id):
+            if len(framework.deferred_reconciliations) >= MAX_DEFERRED_RECONCILIATIONS:
+                raise CallRejected(
+                    f"{MAX_DEFERRED_RECONCILIATIONS} reconciliations already wait for agents "
+                    "re-registering after a master restart"
+                )
+            framework.deferred_reconciliations.append(call_id)
+            log.info(
+                "reconciliation deferred until the agents with its tasks re-register",
+                framework_id=framework_id,
+                call_id=call_id,
+                agents=sum(
+                    any(e.framework_id == framework_id for e in entries)
+                    for entries in self.recovering_agents.values()
+                ),
+            )
+            return
+        self._answer_all(framework, [call_id])
+
+    def _answer_all(self, framework: FrameworkRecord, call_ids: Sequence[str]) -> None:
+        """The implicit reconciliation's answer: each live task, then the markers."""
+        assert framework.outbox is not None
+        for task in framework.tasks.values():
+            framework.outbox.send(msg.Update(self._latest_status(task)))
+        for call_id in call_ids:
+            framework.outbox.send(msg.Reconciled(call_id, len(framework.tasks)))
+        log.info(
+            "reconciled",
+            framework_id=framework.framework_id,
+            tasks=len(framework.tasks),
+            call_ids=list(call_ids),
+        )
+
+    def _answer_deferred_reconciliations(self) -> None:
+        """Answer the implicit reconciliations that waited for agents, now that none
+        of a framework's tasks can come back with an agent still re-registering."""
+        for framework in self.frameworks.values():
+            waiting = framework.deferred_reconciliations
+            if waiting and not self._tasks_expected(framework.framework_id):
+                framework.deferred_reconciliations = []
+                if framework.outbox is not None and not framework.removing:
+                    self._answer_all(framework, waiting)
+
     def _latest_status(self, task: TaskRecord) -> TaskStatus:
         last = task.status
         return TaskStatus(
@@ -241,7 +309,20 @@ class StatusUpdateHandling(MasterCore):
 
     def _completed_task(self, framework: FrameworkRecord, task_id: str) -> TaskRecord | None:
         """The newest ended task with this id (a task id may be used again)."""
-        return framework.completed_by_id.get(task_id)
+        return framework.completed_by_id.get(task_id) or framework.ending.get(task_id)
+
+    def _end_delivered(self, framework: FrameworkRecord, task: TaskRecord) -> None:
+        """A task ended early has had its end applied (from its agent, or made by the
+        master when the agent went away): nothing more of it is waited for."""
+        task.end_pending = False
+        task_id = task.spec.task_id
+        if framework.ending.get(task_id) is task:
+            # Back into the history, newest (the framework acknowledges the end next),
+            # unless its id has been used again since.
+            del framework.ending[task_id]
+            _forget_placement(framework, task)
+            if task_id not in framework.completed_by_id and task_id not in framework.tasks:
+                self._remember_completed(framework, task)
 
     def _end_early(self, task: TaskRecord, state: TaskState) -> None:
         """The agent says the task ended, but its end update is still queued behind
@@ -264,10 +345,18 @@ class StatusUpdateHandling(MasterCore):
             task.spec = dataclasses.replace(spec, command="", environment={})
         framework.completed.append(task)
         framework.completed_by_id[spec.task_id] = task
-        while len(framework.completed) > self.config.completed_tasks_kept:
+        on = framework.completed_on.setdefault(spec.task_id, {})
+        on[task.agent_id] = on.get(task.agent_id, 0) + 1
+        while len(framework.completed) > self.config.max_completed_tasks_per_framework:
             old = framework.completed.popleft()
-            if framework.completed_by_id.get(old.spec.task_id) is old:
+            newest = framework.completed_by_id.get(old.spec.task_id) is old
+            if newest:
                 del framework.completed_by_id[old.spec.task_id]
+            if newest and old.end_pending:
+                # Its updates, the end last, are still on their way: not forgotten yet.
+                framework.ending[old.spec.task_id] = old
+            else:
+                _forget_placement(framework, old)
 
     def _terminate(self, task: TaskRecord, state: TaskState, reason: str) -> None:
         """End a task on the master's own authority and tell its framework."""
@@ -289,6 +378,7 @@ class StatusUpdateHandling(MasterCore):
     def _finish(self, task: TaskRecord, state: TaskState) -> None:
         """Move a task to its terminal state and give its resources back."""
         task.state = state
+        task.ended_at = self._wall_clock()
         self.registry.remove_task(task.framework_id, task.spec.task_id)
         framework = self.frameworks[task.framework_id]
         framework.tasks.pop(task.spec.task_id, None)
@@ -299,3 +389,22 @@ class StatusUpdateHandling(MasterCore):
             self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
         self.request_allocation()
         self._forget_if_done(framework)
+
+
+def _forget_placement(framework: FrameworkRecord, task: TaskRecord) -> None:
+    on = framework.completed_on[task.spec.task_id]
+    on[task.agent_id] -= 1
+    if not on[task.agent_id]:
+        del on[task.agent_id]
+        if not on:
+            del framework.completed_on[task.spec.task_id]
+
+
+def _over_bound(task: TaskRecord, status: TaskStatus) -> bool:
+    """A new live update for a task that has had MAX_UPDATES_PER_TASK already: an agent
+    making up update ids would otherwise grow the task's record without end."""
+    return (
+        len(task.applied_updates) >= MAX_UPDATES_PER_TASK
+        and status.update_id not in task.applied_updates
+        and not status.state.is_terminal
+    )

@@ -21,6 +21,10 @@ from mesolite.resources import EMPTY, Resources
 from mesolite.sandbox_protocol import format_address, parse_address
 
 ID = re.compile(r"^[A-Za-z0-9_.\-:]{1,200}\Z")  # \Z: "$" lets a final newline in
+# A Unix account name as POSIX's portable set allows it and useradd takes it: a letter
+# or "_" first (never "-", read as an option, nor a digit, read as a uid), then letters,
+# digits, "_", "." and "-", and at most a final "$" (Samba machine accounts).
+USER = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*\$?\Z")
 
 # Bounds on every size a client controls. Messages are at most 4 MiB on the wire
 # (mesolite/grpc_utils.py); these bound what the master keeps and shows.
@@ -39,6 +43,12 @@ MAX_TASKS_PER_CALL = 1000  # tasks in one ACCEPT
 MAX_IDS_PER_CALL = 10_000  # offer ids in an ACCEPT or DECLINE, task ids in a RECONCILE
 MAX_TASKS_PER_AGENT = 10_000  # tasks an agent may report when it registers
 MAX_FAILOVER_TIMEOUT = 365 * 24 * 3600.0  # a year; Marathon's default is a week
+# Distinct updates applied per task (a task has a handful: starting, running, its end).
+# Past it an agent's live updates for the task are acknowledged and dropped; its end
+# is still applied.
+MAX_UPDATES_PER_TASK = 64
+MAX_USER = 32  # a framework's user: Linux's useradd takes no longer name
+MAX_BATCH_CALLS = 10_000  # calls in one batch message (each still bounded on its own)
 
 
 def id_problem(what: str, value: str) -> str | None:
@@ -84,6 +94,21 @@ def framework_info_problem(info: FrameworkInfo) -> str | None:
         return (
             f"failover timeout must be a number of seconds from 0 to {MAX_FAILOVER_TIMEOUT:.0f}"
             f" (a year), got {info.failover_timeout}"
+        )
+    return user_problem(info.user) if info.user else None
+
+
+def user_problem(user: str) -> str | None:
+    """What is wrong with a framework's user (Mesos' FrameworkInfo.user): a Unix account
+    name, at most `MAX_USER` characters of the portable set (`USER`)."""
+    if problem := _text_problem("user", user):
+        return problem
+    if len(user) > MAX_USER:
+        return f"user {clip(user)!r} is longer than {MAX_USER} characters"
+    if not USER.match(user):
+        return (
+            f"invalid user {clip(user)!r}: a Unix account name, A-Z a-z 0-9 _ . - "
+            "(a letter or _ first, at most a final $)"
         )
     return None
 
@@ -151,6 +176,13 @@ def _environment_problem(task: str, environment: Mapping[str, str]) -> str | Non
                 f"{task}: environment variable {clip(name)} is longer than "
                 f"{MAX_ENVIRONMENT_VALUE} characters or holds a NUL"
             )
+    return None
+
+
+def batch_problem(calls: int) -> str | None:
+    """A batch of calls: not more than the bound (each call is then checked alone)."""
+    if calls > MAX_BATCH_CALLS:
+        return f"{calls} calls in one batch, more than {MAX_BATCH_CALLS}"
     return None
 
 

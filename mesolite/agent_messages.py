@@ -21,6 +21,7 @@ class AgentRegistered:
 class LaunchTask:
     framework_id: str
     task: TaskSpec
+    user: str = ""  # the framework's user; "": the agent's --task-user
 
 
 @dataclass(frozen=True, slots=True)

@@ -128,17 +128,21 @@ def starter_acls(principals: Iterable[str], tokens: Iterable[str] = ()) -> str:
     """ACLs (`mesolite master --acls`, format in master/acl.py) for the principals
     `init_cluster` made: only the agent registers agents, and registers no framework;
     the others register frameworks (and submit workloads) in any role, view the state,
-    and read their own tasks' output (`admin` every task's, the built-in workloads'
-    included). Edit it to give teams their roles."""
+    and read their own tasks' output, tear their own frameworks down and kill their own
+    tasks (`admin` everyone's, the built-in workloads' included); a framework may name
+    as its tasks' user (`FrameworkInfo.user`) only the Unix user of its principal's name
+    (which must exist on the agents), and one that names none runs its tasks as each
+    agent's `--task-user` (the built-in workloads name none). Edit it to give teams
+    their roles and users."""
     agents = [AGENT]
     others = sorted({*principals, *tokens} - {MASTER, AGENT, WORKLOADS})
-    sandboxes: list[dict[str, object]] = [
+    own: list[dict[str, object]] = [  # each principal its own frameworks, admin all
         {"principals": {"values": [p]}, "framework_principals": {"values": [p]}}
         for p in others
         if p != "admin"
     ]
     if "admin" in others:
-        sandboxes.insert(
+        own.insert(
             0, {"principals": {"values": ["admin"]}, "framework_principals": {"type": "ANY"}}
         )
     acls = {
@@ -146,9 +150,12 @@ def starter_acls(principals: Iterable[str], tokens: Iterable[str] = ()) -> str:
             {"principals": {"values": agents}, "roles": {"type": "NONE"}},
             {"principals": {"type": "ANY"}, "roles": {"type": "ANY"}},
         ],
+        "run_tasks": [{"principals": {"values": [p]}, "users": {"values": [p]}} for p in others],
         "register_agents": [{"principals": {"values": agents}}],
         "view_state": [{"principals": {"values": others}}] if others else [],
-        "access_sandboxes": sandboxes,
+        "access_sandboxes": own,
+        "teardown_frameworks": own,
+        "kill_tasks": own,
     }
     return json.dumps(acls, indent=2) + "\n"
 

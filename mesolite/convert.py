@@ -134,6 +134,7 @@ def framework_info_from_proto(msg: scheduler_pb2.FrameworkInfo) -> FrameworkInfo
         role=msg.role,
         failover_timeout=msg.failover_timeout_seconds,
         framework_id=msg.framework_id,
+        user=msg.user,
     )
 
 
@@ -143,6 +144,7 @@ def framework_info_to_proto(info: FrameworkInfo) -> scheduler_pb2.FrameworkInfo:
         role=info.role,
         failover_timeout_seconds=info.failover_timeout,
         framework_id=info.framework_id,
+        user=info.user,
     )
 
 

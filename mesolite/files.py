@@ -30,8 +30,9 @@ def write_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
     fsync_directory(path.parent)
 
 
-def write_json_atomically(path: Path, record: dict[str, Any]) -> None:
-    write_atomically(path, (json.dumps(record, indent=2, sort_keys=True) + "\n").encode())
+def write_json_atomically(path: Path, record: dict[str, Any], mode: int = 0o644) -> None:
+    data = (json.dumps(record, indent=2, sort_keys=True) + "\n").encode()
+    write_atomically(path, data, mode)
 
 
 def fsync_directory(directory: Path) -> None:

@@ -57,8 +57,26 @@ _SERVER_OPTIONS: list[tuple[str, Any]] = [
 ]
 
 
-def create_server(interceptors: Sequence[grpc.aio.ServerInterceptor] = ()) -> grpc.aio.Server:
-    return grpc.aio.server(interceptors=list(interceptors), options=_SERVER_OPTIONS)
+# New streams grpc queues for the application by default: the aio server accepts them one
+# per turn of its event loop, and past 1,000 waiting grpc drops new ones at random (all
+# of them past 3,000), which clients see as CANCELLED or "Internal error from Core". A
+# storm of agents registering at once is all new streams.
+DEFAULT_PENDING_STREAMS = 1_000
+
+
+def create_server(
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    pending_streams: int = DEFAULT_PENDING_STREAMS,
+) -> grpc.aio.Server:
+    """A server that queues up to `pending_streams` new streams (RPCs) not yet taken
+    by the application (grpc's `max_pending_requests`, soft and hard limit alike), for
+    at most 30 s each (grpc's default), rather than drop them."""
+    options = [
+        *_SERVER_OPTIONS,
+        ("grpc.server.max_pending_requests", pending_streams),
+        ("grpc.server.max_pending_requests_hard_limit", pending_streams),
+    ]
+    return grpc.aio.server(interceptors=list(interceptors), options=options)
 
 
 def create_channel(

@@ -41,7 +41,14 @@ _new = object.__new__
 
 
 class Resources(Mapping[str, float]):
-    """An immutable mapping from resource name to amount, zero amounts omitted."""
+    """An immutable mapping from resource name to amount, zero amounts omitted.
+
+    ``Resources(cpus=0.5, mem=256)``, ``Resources({"cpus": 1, "gpus": 1})`` or
+    ``Resources.parse("cpus:1;mem:256")``. Names are ``cpus``, ``mem`` (MB), ``disk``
+    (MB), ``gpus`` or any other scalar an agent advertises; amounts are kept to a
+    thousandth. ``a + b``, ``a - b`` (raises `InvalidResources` below zero),
+    ``a.contains(b)``; a bad name or amount raises `InvalidResources`.
+    """
 
     __slots__ = ("_units",)
     _units: dict[str, int]
@@ -95,9 +102,11 @@ class Resources(Mapping[str, float]):
         return len(self._units)
 
     def get_amount(self, name: str) -> float:
+        """The amount of `name`; 0 when absent (where ``self[name]`` raises KeyError)."""
         return self._units.get(name, 0) / _SCALE
 
     def is_empty(self) -> bool:
+        """True when every amount is zero."""
         return not self._units
 
     def __add__(self, other: Resources) -> Resources:
@@ -144,6 +153,7 @@ class Resources(Mapping[str, float]):
         return {name: u / t[name] for name, u in self._units.items() if t.get(name)}
 
     def to_dict(self) -> dict[str, float]:
+        """A plain dict, names sorted."""
         return {name: u / _SCALE for name, u in sorted(self._units.items())}
 
     def __repr__(self) -> str:

@@ -28,6 +28,12 @@ from mesolite.resources import EMPTY, Resources
 
 SCHEMA_ID = "urn:mesolite:master:state"
 
+_RESOURCE_WEIGHTS = (
+    "a weight vector: the weight of each resource it names (weight is the others'); the "
+    "weighted share is then the policy's with each resource's part divided by its weight "
+    "(drf: the largest of share/weight over the resources); null for one weight for all"
+)
+
 
 class AgentHealth(enum.StrEnum):
     HEALTHY = "healthy"  # connected, heartbeats on time
@@ -113,7 +119,9 @@ class FrameworkSnapshot:
     id: str
     name: str
     role: str
-    weight: float = field(metadata=doc("its role's weight"))
+    weight: float = field(
+        metadata=doc("its role's weight (with resource_weights: for the resources not named there)")
+    )
     connected: bool
     suppressed: bool = field(metadata=doc("it asked for no offers"))
     removing: bool = field(metadata=doc("torn down, waiting for its last tasks to end"))
@@ -137,6 +145,16 @@ class FrameworkSnapshot:
         default=0.0,
         metadata=doc("used's largest fraction of any cluster resource (offers not counted)"),
     )
+    user: str = field(
+        default="",
+        metadata=doc(
+            "the Unix user its tasks run as on agents that switch users (FrameworkInfo.user); "
+            "empty: each agent's task_user"
+        ),
+    )
+    resource_weights: Mapping[str, float] | None = field(
+        default=None, metadata=doc(_RESOURCE_WEIGHTS)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,7 +162,9 @@ class RoleSnapshot:
     """One role of the role tree: its settings, allocation and fair shares."""
 
     path: str = field(metadata=doc("'*' or a path like eng/ml"))
-    weight: float
+    weight: float = field(
+        metadata=doc("its weight (with resource_weights: for the resources not named there)")
+    )
     guarantee: Resources
     limit: Mapping[str, float] | None = field(
         metadata=doc("at most this much; null for no limit (an amount of 0 means none at all)")
@@ -166,6 +186,9 @@ class RoleSnapshot:
     )
     active: bool = field(metadata=doc("a framework in or below it wants offers"))
     frameworks: int = field(metadata=doc("frameworks registered in exactly this role"))
+    resource_weights: Mapping[str, float] | None = field(
+        default=None, metadata=doc(_RESOURCE_WEIGHTS)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,6 +236,29 @@ class EndedTaskSnapshot:
             "why, when a limit of its container ended it (Mesos' TaskStatus.Reason): "
             "REASON_CONTAINER_LIMITATION_MEMORY, REASON_CONTAINER_LIMITATION; else empty"
         ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedFrameworkSnapshot:
+    """A framework that ended: torn down (by itself or an operator) or away past its
+    failover timeout, and removed once its last task ended. Its ended tasks are in
+    `ClusterSnapshot.completed_tasks` under its id."""
+
+    id: str
+    name: str
+    role: str
+    registered_at: float
+    ended_at: float = field(metadata=doc("when it was torn down (its tasks then killed)"))
+    reason: str = field(
+        metadata=doc(
+            "why it ended: torn down by the framework, torn down by an operator (named), "
+            "its failover timeout expired, ..."
+        )
+    )
+    completed_tasks: int = field(metadata=doc("its ended tasks the master remembers"))
+    tasks_by_state: Mapping[str, int] = field(
+        metadata=doc("how those tasks ended: a count per terminal state (TASK_FINISHED, ...)")
     )
 
 
@@ -298,7 +344,19 @@ class ClusterSnapshot:
         )
     )
     completed_tasks: tuple[EndedTaskSnapshot, ...] = field(
-        default=(), metadata=doc("the most recently ended tasks, newest first")
+        default=(),
+        metadata=doc(
+            "ended tasks, newest first, of the frameworks here and of the completed ones: "
+            "every one the master keeps (up to its --max-completed-tasks-per-framework "
+            "per framework) in GET /state, the newest 50 in the web UI's events"
+        ),
+    )
+    completed_frameworks: tuple[CompletedFrameworkSnapshot, ...] = field(
+        default=(),
+        metadata=doc(
+            "frameworks that ended, newest first: the master's last "
+            "--max-completed-frameworks, kept in memory (a restarted master has none)"
+        ),
     )
     jobs: tuple[JobSnapshot, ...] = field(
         default=(), metadata=doc("jobs submitted with `mesolite run`, running and finished")
@@ -320,6 +378,12 @@ class ClusterSnapshot:
     def framework(self, framework_id: str) -> FrameworkSnapshot | None:
         return next((f for f in self.frameworks if f.id == framework_id), None)
 
+    def framework_names(self) -> dict[str, str]:
+        """Every framework's name by id, live and completed."""
+        names = {f.id: f.name for f in self.completed_frameworks}
+        names.update((f.id, f.name) for f in self.frameworks)
+        return names
+
     def agent(self, agent_id: str) -> AgentSnapshot | None:
         return next((a for a in self.agents if a.id == agent_id), None)
 
@@ -334,6 +398,7 @@ __all__ = [
     "AgentSnapshot",
     "ClusterSnapshot",
     "ClusterTotals",
+    "CompletedFrameworkSnapshot",
     "DocumentError",
     "EndedTaskSnapshot",
     "FrameworkSnapshot",

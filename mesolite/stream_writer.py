@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Generic, Protocol, TypeVar
 
 import structlog
@@ -30,6 +30,50 @@ T = TypeVar("T")
 T_contra = TypeVar("T_contra", contravariant=True)
 
 _log = structlog.get_logger(__name__)
+
+# The most messages `write_to` hands `group` at once.
+_GROUPED = 1_000
+
+# A batch message (several messages in one, for a peer that reads them) stays below
+# this: far below any receiver's limit (grpc's default is 4 MiB; the master's too).
+BATCH_BYTES = 1 << 20
+
+
+class _Sized(Protocol):
+    def ByteSize(self) -> int: ...
+
+
+W = TypeVar("W", bound=_Sized)
+
+
+def in_batches(
+    messages: Iterable[W],
+    wrap: Callable[[list[W]], W],
+    alone: Callable[[W], bool] = lambda message: False,
+    limit_bytes: int = BATCH_BYTES,
+) -> Iterator[W]:
+    """`messages` in order, runs of them wrapped into one batch message by `wrap`, each
+    batch at most `limit_bytes` (a message bigger than that alone goes alone); a message
+    for which `alone` holds is never in a batch."""
+    run: list[W] = []
+    size = 0
+    for message in messages:
+        n = 0 if alone(message) else message.ByteSize()
+        if run and (not n or size + n > limit_bytes):
+            yield run[0] if len(run) == 1 else wrap(run)
+            run, size = [], 0
+        if not n:
+            yield message
+            continue
+        run.append(message)
+        size += n
+    if run:
+        yield run[0] if len(run) == 1 else wrap(run)
+
+
+async def _singly(messages: AsyncIterator[T]) -> AsyncIterator[list[T]]:
+    async for message in messages:
+        yield [message]
 
 
 class WritableCall(Protocol[T_contra]):
@@ -87,36 +131,62 @@ class StreamWriter(Generic[T]):
     async def drain(self) -> AsyncIterator[T]:
         """The messages in order, until the stream is closed and they are all out.
         For the stream's one writer."""
-        while True:
-            while not self._messages:
-                if self.closed:
-                    return
-                self._readable.clear()
-                await self._readable.wait()
+        while await self._readable_or_done():
             message = self._messages.popleft()
             self._room.set()
             yield message
 
-    async def write_to(self, call: WritableCall[T]) -> None:
+    async def drain_batches(self, limit: int) -> AsyncIterator[list[T]]:
+        """Like `drain`, but everything queued at once (at most `limit` messages) in one
+        list: a writer that can put several messages in one write does fewer writes
+        the busier it is."""
+        if limit < 1:
+            raise ValueError(f"a batch needs room for a message, got {limit}")
+        while await self._readable_or_done():
+            messages = self._messages
+            if len(messages) <= limit:
+                batch = list(messages)
+                messages.clear()
+            else:
+                batch = [messages.popleft() for _ in range(limit)]
+            self._room.set()
+            yield batch
+
+    async def write_to(
+        self, call: WritableCall[T], group: Callable[[list[T]], list[T]] | None = None
+    ) -> None:
         """Be a client stream's one writer: write the messages to `call` in order, then
         half-close it, so that the other side sees this side leave, not a broken stream.
+        With `group`, whatever waits is taken at once and written as `group` makes it
+        (several messages in one batch message, say, where the other side reads them).
 
         A failed write means the stream can carry nothing more: the messages after it
         are discarded (so that no `put` waits on a queue nobody empties) and the stream
         is not half-closed. The call's reader learns from its status how it ended.
         """
         failed = False
-        async for message in self.drain():
+        batches = self.drain_batches(_GROUPED) if group else _singly(self.drain())
+        async for messages in batches:
             if failed:
                 continue
             try:
-                await call.write(message)
+                for message in group(messages) if group else messages:
+                    await call.write(message)
             except Exception as e:  # whatever it was, this stream can carry no more
                 _log.debug("stream write failed", error=repr(e))
                 failed = True
         if not failed:
             with contextlib.suppress(Exception):
                 await call.done_writing()
+
+    async def _readable_or_done(self) -> bool:
+        """Wait for a message to write (True) or for the end of the stream (False)."""
+        while not self._messages:
+            if self.closed:
+                return False
+            self._readable.clear()
+            await self._readable.wait()
+        return True
 
     def _queue(self, message: T) -> None:
         self._messages.append(message)

@@ -61,8 +61,11 @@ class TlsConfig:
     a client that authenticates with a bearer token instead)."""
 
     ca: Path
+    """The cluster CA's certificate (PEM): the master must chain to it."""
     cert: Path | None = None
+    """This process's certificate (PEM); its subject CN is its principal."""
     key: Path | None = None
+    """The certificate's private key (PEM)."""
 
     def __post_init__(self) -> None:
         if (self.cert is None) != (self.key is None):
@@ -90,9 +93,11 @@ class TlsConfig:
 
     @property
     def has_certificate(self) -> bool:
+        """Whether this process proves who it is with a certificate (else a token)."""
         return self.cert is not None
 
     def read(self) -> TlsMaterial:
+        """The files' PEM bytes (what gRPC takes); raises `TlsError` if one is unreadable."""
         try:
             return TlsMaterial(
                 self.ca.read_bytes(),
@@ -113,17 +118,65 @@ class TlsConfig:
         context.verify_mode = ssl.CERT_REQUIRED if require_client_cert else ssl.CERT_OPTIONAL
         return context
 
-    def client_context(self) -> ssl.SSLContext:
+    def client_context(self, *, server_name: str | None = None) -> ssl.SSLContext:
         """For an HTTPS client: verifies the server's certificate and host name against the
-        CA, and presents this certificate when there is one."""
+        CA, and presents this certificate when there is one. With `server_name`, the
+        certificate must hold that name, whatever address is dialled: a client of the
+        master passes MASTER_SERVER_NAME."""
         try:
-            context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
+            context = (
+                ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=str(self.ca))
+                if server_name is None
+                else _NamedServerContext.for_name(server_name, self.ca)
+            )
             context.minimum_version = ssl.TLSVersion.TLSv1_2
             if self.cert is not None and self.key is not None:
                 context.load_cert_chain(self.cert, self.key)
         except (OSError, ssl.SSLError) as e:
             raise TlsError(f"cannot use the TLS files {self}: {e}") from None
         return context
+
+
+class _NamedServerContext(ssl.SSLContext):
+    """A client context that checks the server's certificate for one fixed name, not the
+    host in the URL (urllib and http.client pass that host; this replaces it)."""
+
+    server_name: str
+
+    @classmethod
+    def for_name(cls, server_name: str, ca: Path) -> _NamedServerContext:
+        context = cls(ssl.PROTOCOL_TLS_CLIENT)  # verifies the chain and the name
+        context.load_verify_locations(cafile=str(ca))
+        context.server_name = server_name
+        return context
+
+    def wrap_socket(
+        self,
+        sock: socket.socket,
+        server_side: bool = False,
+        do_handshake_on_connect: bool = True,
+        suppress_ragged_eofs: bool = True,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLSocket:
+        return super().wrap_socket(
+            sock,
+            server_side,
+            do_handshake_on_connect,
+            suppress_ragged_eofs,
+            self.server_name,
+            session,
+        )
+
+    def wrap_bio(
+        self,
+        incoming: ssl.MemoryBIO,
+        outgoing: ssl.MemoryBIO,
+        server_side: bool = False,
+        server_hostname: str | bytes | None = None,
+        session: ssl.SSLSession | None = None,
+    ) -> ssl.SSLObject:
+        return super().wrap_bio(incoming, outgoing, server_side, self.server_name, session)
 
 
 def principal_of_peercert(peercert: dict[str, Any] | None) -> str | None:

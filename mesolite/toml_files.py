@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import tomllib
-from typing import Any
+from typing import Any, TypeGuard
 
 from mesolite.errors import MesoliteError
 
@@ -49,7 +49,7 @@ def read_toml(text: str, source: str, error: type[TomlFileError]) -> dict[str, A
         raise error(source, syntax_error_line(e), f"invalid TOML: {e}") from None
 
 
-def is_finite_number(value: object) -> bool:
+def is_finite_number(value: object) -> TypeGuard[int | float]:
     """A finite int or float (bools are not numbers; a TOML int may be too big for a float)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False

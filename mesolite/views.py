@@ -5,7 +5,9 @@ the types GET /state is written from) in, a rich renderable out (no I/O, no
 clock but the snapshot's own `time`), so each view can be tested from a saved
 state. `mesolite state|agents|frameworks|roles|tasks|jobs|services` (mesolite/cli/_views.py)
 fetches the state, reads it with `ClusterSnapshot.from_json` and prints one of them;
-`VIEWS` says which part of the JSON each command's `--json` prints. The views
+`VIEWS` says which part of the JSON each command's `--json` prints, and which
+views have a history that `--all` adds (the frameworks that ended, the tasks that
+ended, as the master keeps them). The views
 show the figures the master derived (health, shares, used, offered); they
 compute none of their own.
 
@@ -47,6 +49,13 @@ def fmt_resources(amounts: Amounts | None) -> str:
     return " ".join(f"{name}:{fmt_amount(amounts[name])}" for name in _ordered(amounts))
 
 
+def fmt_weight(weight: float, resource_weights: Mapping[str, float] | None) -> str:
+    """`3`, or a weight vector: `cpus:2 mem:1 others:1`."""
+    if not resource_weights:
+        return fmt_amount(weight)
+    return f"{fmt_resources(resource_weights)} others:{fmt_amount(weight)}"
+
+
 def fmt_share(share: float) -> str:
     return f"{share:.3f}"
 
@@ -86,6 +95,10 @@ def _when_empty(table: Table, rows: int, message: str) -> Table:
     if rows == 0:
         table.caption = message
     return table
+
+
+def _hint(table: Table, hint: str) -> None:
+    table.caption = f"{table.caption}; {hint}" if table.caption else hint
 
 
 # Views -----------------------------------------------------------------------
@@ -141,14 +154,33 @@ def render_frameworks(state: ClusterSnapshot) -> Table:
             f.id,
             f.name,
             f.role,
-            fmt_amount(f.weight),
+            fmt_weight(f.weight, f.resource_weights),
             fmt_share(f.dominant_share),
             str(f.running_tasks),
             fmt_resources(f.used),
             fmt_resources(f.offered),
             _framework_status(f),
         )
-    return _when_empty(table, len(state.frameworks), "no frameworks registered")
+    _when_empty(table, len(state.frameworks), "no frameworks registered")
+    if state.completed_frameworks:
+        _hint(table, f"{len(state.completed_frameworks)} completed: --all shows them")
+    return table
+
+
+def render_completed_frameworks(state: ClusterSnapshot) -> Table:
+    """Frameworks that ended, newest first: when, why, and how their tasks ended."""
+    table = _table("completed frameworks")
+    table.add_column("id", no_wrap=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("role", no_wrap=True)
+    table.add_column("ended", justify="right")
+    table.add_column("tasks")
+    table.add_column("why")
+    for f in state.completed_frameworks:
+        counts = sorted(f.tasks_by_state.items(), key=lambda kv: (-kv[1], kv[0]))
+        tasks = ", ".join(f"{n} {name.removeprefix('TASK_').lower()}" for name, n in counts)
+        table.add_row(f.id, f.name, f.role, _ago(state, f.ended_at), tasks or "-", f.reason)
+    return _when_empty(table, len(state.completed_frameworks), "no framework has ended")
 
 
 def _framework_status(f: FrameworkSnapshot) -> Text:
@@ -204,7 +236,8 @@ def _used_of(agent: AgentSnapshot, name: str) -> str:
 def render_roles(state: ClusterSnapshot) -> Table:
     """The role tree, one line per resource: allocation against guarantee, limit and fair shares.
 
-    Roles are indented under their parent. `share` is the role's share under the
+    Roles are indented under their parent; a weight vector shows each resource's
+    weight on that resource's line. `share` is the role's share under the
     master's policy divided by its weight (what the allocator orders by); the
     steady fair share divides the cluster among all roles, the instantaneous one
     among the active roles (a framework in or below them wants offers).
@@ -220,10 +253,13 @@ def render_roles(state: ClusterSnapshot) -> Table:
         table.add_column(header, justify="right")
     cluster = state.cluster.total
     for r in state.roles:
-        # The cluster's resources, and any other the role is guaranteed or limited in.
-        names = _ordered([*cluster, *r.guarantee, *(r.limit or {})]) or ["-"]
+        # The cluster's resources, and any other the role is guaranteed, limited or weighted in.
+        named = [*r.guarantee, *(r.limit or {}), *(r.resource_weights or {})]
+        names = _ordered([*cluster, *named]) or ["-"]
         columns: list[list[str]] = [[] for _ in range(6)]
+        weights = []
         for name in names:
+            weights.append(fmt_amount((r.resource_weights or {}).get(name, r.weight)))
             columns[0].append(name)
             columns[1].append(_cell(r.allocated, name))
             columns[2].append(_cell(r.guarantee, name))
@@ -232,7 +268,7 @@ def render_roles(state: ClusterSnapshot) -> Table:
             columns[5].append(_cell(r.instantaneous_fair_share, name))
         table.add_row(
             _role_label(r.path),
-            fmt_amount(r.weight),
+            "\n".join(weights) if r.resource_weights else fmt_amount(r.weight),
             Text("active", style="green") if r.active else Text("idle", style="dim"),
             fmt_share(r.weighted_share),
             str(r.frameworks),
@@ -260,24 +296,65 @@ def _cell(amounts: Amounts | None, name: str) -> str:
 
 
 def render_tasks(state: ClusterSnapshot) -> Table:
+    """The running tasks; each agent by id and host name (two agents may share a host)."""
     table = _table("tasks")
     table.add_column("id", no_wrap=True)
     table.add_column("framework", no_wrap=True)
     table.add_column("agent", no_wrap=True)
+    table.add_column("host", no_wrap=True)
     table.add_column("state")
     table.add_column("resources")
-    frameworks = {f.id: f.name for f in state.frameworks}
+    frameworks = state.framework_names()
     hosts = {a.id: a.hostname for a in state.agents}
     tasks = sorted(state.tasks, key=lambda t: (frameworks.get(t.framework_id, ""), t.id))
     for t in tasks:
         table.add_row(
             t.id,
             frameworks.get(t.framework_id, t.framework_id),
-            hosts.get(t.agent_id, t.agent_id),
+            t.agent_id,
+            hosts.get(t.agent_id, "-"),
             _task_state(t.state),
             fmt_resources(t.resources),
         )
-    return _when_empty(table, len(tasks), "no running tasks")
+    _when_empty(table, len(tasks), "no running tasks")
+    ended = sum(f.completed_tasks for f in state.frameworks)
+    ended += sum(f.completed_tasks for f in state.completed_frameworks)
+    if ended:
+        _hint(table, f"{ended} ended: --all shows them")
+    return table
+
+
+def render_ended_tasks(state: ClusterSnapshot) -> Table:
+    """Tasks that ended, newest first, of live and completed frameworks: how each ended
+    (state, exit code, message, reason) and when."""
+    table = _table("ended tasks")
+    table.add_column("id", no_wrap=True)
+    table.add_column("framework", no_wrap=True)
+    table.add_column("agent", no_wrap=True)
+    table.add_column("host", no_wrap=True)
+    table.add_column("state")
+    table.add_column("exit", justify="right")
+    table.add_column("ended", justify="right")
+    table.add_column("how it ended")
+    frameworks = state.framework_names()
+    hosts = {a.id: a.hostname for a in state.agents}
+    for t in state.completed_tasks:
+        how = t.message + (f" ({t.reason})" if t.reason else "")
+        table.add_row(
+            t.id,
+            frameworks.get(t.framework_id, t.framework_id),
+            t.agent_id or "-",
+            hosts.get(t.agent_id, "-"),
+            _task_state(t.state),
+            "-" if t.exit_code is None else str(t.exit_code),
+            _ago(state, t.ended_at),
+            how or "-",
+        )
+    return _when_empty(table, len(state.completed_tasks), "no task has ended")
+
+
+def _ago(state: ClusterSnapshot, when: float | None) -> str:
+    return "-" if when is None else f"{fmt_duration(state.time - when)} ago"
 
 
 def _task_state(state: TaskState) -> Text:
@@ -387,11 +464,25 @@ class View:
     part: str | None  # the key of the GET /state document `--json` prints; None: all of it
     json: str  # ...described for --help
     help: str
+    # With `--all`: the history shown after it, and its key in the document.
+    history: Callable[[ClusterSnapshot], RenderableType] | None = None
+    history_part: str | None = None
 
-    def json_of(self, state: ClusterSnapshot) -> Any:
-        """What `--json` prints: this view's part of the GET /state document."""
+    def render_all(self, state: ClusterSnapshot, history: bool) -> RenderableType:
+        """The view, and with `history` its history (`--all`) below it."""
+        if not history or self.history is None:
+            return self.render(state)
+        return Group(self.render(state), Text(), self.history(state))
+
+    def json_of(self, state: ClusterSnapshot, history: bool = False) -> Any:
+        """What `--json` prints: this view's part of the GET /state document; with
+        `history` (`--all`), an object of that part and its history's."""
         document = state.to_json()
-        return document if self.part is None else document[self.part]
+        if self.part is None:
+            return document
+        if history and self.history_part is not None:
+            return {self.part: document[self.part], self.history_part: document[self.history_part]}
+        return document[self.part]
 
 
 VIEWS: dict[str, View] = {
@@ -411,7 +502,9 @@ VIEWS: dict[str, View] = {
         render_frameworks,
         "frameworks",
         "the frameworks in /state",
-        "the frameworks: role, weight, dominant share, tasks",
+        "the frameworks: role, weight, dominant share, tasks; --all: and those that ended",
+        history=render_completed_frameworks,
+        history_part="completed_frameworks",
     ),
     "roles": View(
         render_roles,
@@ -423,7 +516,10 @@ VIEWS: dict[str, View] = {
         render_tasks,
         "tasks",
         "the tasks in /state",
-        "the running tasks: framework, agent, state, resources",
+        "the running tasks: framework, agent, state, resources; --all: and how those that "
+        "ended did",
+        history=render_ended_tasks,
+        history_part="completed_tasks",
     ),
     "jobs": View(
         render_jobs,

@@ -76,7 +76,7 @@ def summary(timings: Timings, ids: list[str]) -> tuple[float, float, float, floa
 def _cgroup_round_trip(isolator: Isolator, name: str) -> float:
     """Milliseconds to create a task's cgroup with its limits and to clean it up."""
     started = time.perf_counter()
-    container = isolator.create(name, {"cpus": 0.1, "mem": 64})
+    container = isolator.create(name, {"cpus": 0.1, "mem": 64}, isolator.user)
     container.clean_up()
     return (time.perf_counter() - started) * 1000
 

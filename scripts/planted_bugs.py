@@ -1,5 +1,7 @@
 """Plant known bugs one at a time and check that the tests catch each: the allocator's,
-holes in authentication (TLS_TESTS) and in isolation (ISOLATION_TESTS).
+holes in authentication (TLS_TESTS), in isolation (ISOLATION_TESTS), in frameworks'
+users (USER_TESTS) and in the agent's supervisor (SUPERVISOR_TESTS), and the operators'
+tools (OPERATOR_BUGS: teardown and kill, history, sandbox GC, the CLI).
 
     python scripts/planted_bugs.py [--only NAME ...] [--tests FILE ...]
 
@@ -44,6 +46,29 @@ FAST_TESTS = (
     "tests/test_allocator_hierarchy.py",
 )
 TLS_TESTS = ("tests/test_tls.py", "tests/test_certs.py")
+SUPERVISOR_TESTS = (
+    "tests/test_agent_supervisor.py",
+    "tests/test_agent_tasks.py",
+    "tests/test_agent_recovery.py",
+)
+USER_TESTS = (
+    "tests/test_task_users.py",
+    "tests/test_attack_review.py::"
+    "test_a_task_of_one_team_cannot_read_another_teams_output_or_environment",
+    "tests/test_registry.py",
+)
+PAPER_TESTS = ("tests/test_ceei.py", "tests/test_policy_properties.py")
+# Weight vectors (issue 14): the unit tests of each layer, the property tests and
+# the end-to-end test over real gRPC.
+WEIGHT_TESTS = (
+    "tests/test_policies.py",
+    "tests/test_role_tree.py",
+    "tests/test_fair_share.py",
+    "tests/test_roles_config.py",
+    "tests/test_fairness_properties.py",
+    "tests/test_read_model.py",
+    "tests/test_roles_cluster.py",
+)
 
 BUGS = [
     Bug(
@@ -92,7 +117,7 @@ BUGS = [
     Bug(
         "weights ignored in the role order",
         "master/role_tree.py",
-        "            self._weighted(role.allocation, role.weight),",
+        "            self._weighted(role),",
         "            self.policy.share(role.allocation, self._total),",
     ),
     Bug(
@@ -124,6 +149,129 @@ BUGS = [
         "master/role_tree.py",
         "        self._reposition_role(role)\n\n    def unconfigure_role",
         "        pass\n\n    def unconfigure_role",
+    ),
+    # Weight vectors (issue 14).
+    Bug(
+        "weight vector: DRF divides a share by another resource's weight",
+        "master/policies/drf.py",
+        "fraction = divided(amount / available, resource_weights.get(name, weight))",
+        'fraction = divided(amount / available, resource_weights.get({"cpus": "mem"}'
+        '.get(name, "cpus"), weight))',
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: a share is multiplied by its weight",
+        "master/policies/base.py",
+        "return fraction / weight if weight > 0 else INFINITE",
+        "return fraction * weight if weight > 0 else INFINITE",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: DRF weighs unnamed resources 0",
+        "master/policies/drf.py",
+        "fraction = divided(amount / available, resource_weights.get(name, weight))",
+        "fraction = divided(amount / available, resource_weights.get(name, 0.0))",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: asset fairness weighs unnamed resources 0",
+        "master/policies/asset.py",
+        "divided(amount / cluster[name], resource_weights.get(name, weight))",
+        "divided(amount / cluster[name], resource_weights.get(name, 0.0))",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: slots weigh unnamed resources 1 whatever the weight",
+        "master/policies/slots.py",
+        "divided(needed / capacity, resource_weights.get(name, weight))",
+        "divided(needed / capacity, resource_weights.get(name, 1.0))",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: ignored, the scalar weight only",
+        "master/policies/base.py",
+        "    if resource_weights:\n",
+        "    if False:\n",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: not kept by the role tree",
+        "master/role_tree.py",
+        "role.resource_weights = dict(resource_weights) if resource_weights else None",
+        "role.resource_weights = None",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the roles file's table leaves unnamed resources at 0",
+        "master/role_config.py",
+        "        return 1.0, MappingProxyType(weights)",
+        "        return 0.0, MappingProxyType(weights)",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the master does not pass the roles file's table on",
+        "master/role_settings.py",
+        "spec.weight, guarantee, limit, dict(spec.resource_weights) or None",
+        "spec.weight, guarantee, limit, None",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: fair shares ignore it",
+        "master/fair_share.py",
+        "        if vectors:\n",
+        "        if False:\n",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: fair shares use another resource's weight",
+        "master/fair_share.py",
+        "[i._resource_parts.get(name, i._weight_parts) for i in inputs]",
+        '[i._resource_parts.get({"cpus": "mem"}.get(name, "cpus"), i._weight_parts)'
+        " for i in inputs]",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: fair shares weigh unnamed resources 0",
+        "master/fair_share.py",
+        "[i._resource_parts.get(name, i._weight_parts) for i in inputs]",
+        "[i._resource_parts.get(name, (0, 0)) for i in inputs]",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: /state leaves it out",
+        "master/read_model.py",
+        "                resource_weights=tree.role_resource_weights(path),",
+        "                resource_weights=None,",
+        WEIGHT_TESTS,
+    ),
+    Bug(
+        "weight vector: the exact reference multiplies by the weight",
+        "mesolite/lab/drf_reference.py",
+        "return {r: share / named.get(r, weight) for r, share in unit.items()}",
+        "return {r: share * named.get(r, weight) for r, share in unit.items()}",
+        ("tests/test_drf_reference.py", "tests/test_roles_cluster.py"),
+    ),
+    # CEEI and the properties table (issue 14).
+    Bug(
+        "CEEI: incomes ignored",
+        "mesolite/lab/ceei.py",
+        "    budget = budget / budget.sum()",
+        "    budget = np.full(len(budget), 1 / len(budget))",
+        PAPER_TESTS,
+    ),
+    Bug(
+        "properties: sharing incentive measured on the whole cluster",
+        "mesolite/lab/fairness_properties.py",
+        "alone = min(Fraction(case.capacity[r], n * x) for r, x in d.items() if x)",
+        "alone = min(Fraction(case.capacity[r], x) for r, x in d.items() if x)",
+        PAPER_TESTS,
+    ),
+    Bug(
+        "properties: envy counted only beyond a whole task",
+        "mesolite/lab/fairness_properties.py",
+        "if envied - allowance > out.tasks[i]:",
+        "if envied - allowance > out.tasks[i] + 1:",
+        PAPER_TESTS,
     ),
     # Isolation (issue 12): each against the tests on this machine's cgroups.
     Bug(
@@ -214,6 +362,43 @@ BUGS = [
         "                task.usage = measured.get(key, task.usage)",
         ISOLATION_TESTS,
     ),
+    # The supervisor (issue 15): each a way to lose a task's status or to let another
+    # user drive the supervisor.
+    Bug(
+        "supervisor: serves any user who reaches its socket",
+        "agent/_supervisor.py",
+        "        if uid != os.geteuid():\n            self.say(",
+        "        if False:\n            self.say(",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: a wrapper not yet on disk is not looked for in its list",
+        "agent/_task_process.py",
+        "            listed = self._supervisor.wrapper_of(t.records)",
+        "            listed = None",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: its death leaves the agent not waiting for running tasks",
+        "agent/_task_process.py",
+        "            await wait_for_exit(spawned.pid, spawned.start_time)",
+        "            pass",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: runs in the agent's own cgroup",
+        "agent/tasks.py",
+        "self._work_dir / SUPERVISOR_DIR, self.isolator.supervisor_cgroup",
+        "self._work_dir / SUPERVISOR_DIR, list",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "supervisor: an agent restarted after SIGKILL starts a new supervisor",
+        "agent/tasks.py",
+        "            await self._supervisor.connect(start=False)",
+        "            pass",
+        SUPERVISOR_TESTS,
+    ),
     # Authentication (issue 11): each a way in without a principal, or a wrong principal.
     Bug(
         "the gRPC port does not require client certificates",
@@ -303,6 +488,295 @@ BUGS = [
         "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644",
         TLS_TESTS,
     ),
+    # A user per framework (issue 12's follow-up): each a way for one framework's tasks
+    # to reach another's, or for a framework to run as a user nobody allowed.
+    Bug(
+        "user: the agent ignores the framework's user",
+        "agent/isolation.py",
+        "if self.user is None or not framework_user:",
+        "if True:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: sandboxes are 0755",
+        "agent/_task_records.py",
+        "SANDBOX_MODE = 0o700",
+        "SANDBOX_MODE = 0o755",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the sandboxes' parents can be listed",
+        "agent/_task_records.py",
+        "SANDBOX_PARENT_MODE = 0o711",
+        "SANDBOX_PARENT_MODE = 0o755",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the work dir can be listed",
+        "agent/_checkpoint.py",
+        "WORK_DIR_MODE = 0o711",
+        "WORK_DIR_MODE = 0o755",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the journal is readable by tasks",
+        "agent/_journal.py",
+        "PRIVATE_MODE = 0o600",
+        "PRIVATE_MODE = 0o644",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: run_tasks is not checked at SUBSCRIBE",
+        "master/frameworks.py",
+        "if not self.may_run_tasks_as(principal, info.user):",
+        "if False:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: ANY in run_tasks covers root",
+        "master/acl.py",
+        "named_only = action is Action.RUN_TASKS and obj == ROOT",
+        "named_only = False",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: another name for uid 0 is taken",
+        "agent/isolation.py",
+        'if user.uid == 0 and framework_user != "root":',
+        "if False:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: a user missing on the agent runs the task as the task user",
+        "agent/isolation.py",
+        "        except (KeyError, ValueError):  # ValueError: a NUL (the master lets none "
+        "through)\n            raise TaskUserError(",
+        "        except (KeyError, ValueError):\n            return self.user\n"
+        "            raise TaskUserError(",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not validated",
+        "master/validation.py",
+        "return user_problem(info.user) if info.user else None",
+        "return None",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: the SDK does not send it",
+        "framework_sdk/_framework.py",
+        'user=self.user or "",',
+        'user="",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: launches do not carry it",
+        "master/offers.py",
+        "msg.LaunchTask(framework_id, spec, framework.info.user)",
+        "msg.LaunchTask(framework_id, spec)",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: it may change on re-subscription",
+        "master/frameworks.py",
+        "if framework.info.user != info.user:",
+        "if False:",
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not kept in the registry",
+        "master/registry.py",
+        "                entry.principal,\n                entry.user,",
+        '                entry.principal,\n                "",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not checkpointed with the task",
+        "agent/_task_records.py",
+        '"user": t.user,',
+        '"user": "",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: not recovered from the checkpoint",
+        "agent/_task_records.py",
+        'user=_str(record.get("user", "")),',
+        'user="",',
+        USER_TESTS,
+    ),
+    Bug(
+        "user: new ACLs leave a framework whose user they no longer allow",
+        "master/core.py",
+        ") and self.may_run_tasks_as(framework.principal, framework.info.user)",
+        ") and True",
+        USER_TESTS,
+    ),
+]
+
+# Operators (issue 13): teardown and kill, the history, sandbox GC, the CLI.
+OPERATOR_BUGS = [
+    Bug(
+        "operator routes checked as view_state",
+        "master/operator_api.py",
+        'Route(TEARDOWN_PATH, _teardown, Action.TEARDOWN_FRAMEWORKS, method="POST")',
+        'Route(TEARDOWN_PATH, _teardown, Action.VIEW_STATE, method="POST")',
+        ("tests/test_operator_api.py::test_only_who_the_acls_allow_may_act",),
+    ),
+    Bug(
+        "ACL object = the caller, not the framework's principal",
+        "master/http_access.py",
+        "obj = framework.principal if framework is not None else None",
+        "obj = who",
+        ("tests/test_operator_api.py::test_only_who_the_acls_allow_may_act",),
+    ),
+    Bug(
+        "operator refusals not counted",
+        "master/http.py",
+        "            count_refusals,  # outermost",
+        "            # count_refusals,  # outermost",
+        (
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "refused SUBSCRIBE not counted",
+        "master/servicers.py",
+        '                self._master.metrics.call_rejected("subscribe")\n',
+        "",
+        ("tests/test_operator_api.py::test_a_refused_subscribe_is_counted",),
+    ),
+    Bug(
+        "form posts accepted (no JSON content type check)",
+        "master/operator_api.py",
+        'if request.content_type != "application/json":',
+        "if False:",
+        (
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "teardown of a framework being torn down accepted",
+        "master/operator.py",
+        "        if framework.removing:\n",
+        "        if False:\n",
+        ("tests/test_history.py::test_operator_refusals_say_why_and_change_nothing",),
+    ),
+    Bug(
+        "kill sent to a disconnected agent's task",
+        "master/operator.py",
+        "if agent is None or agent.outbox is None:",
+        "if agent is None:",
+        ("tests/test_history.py::test_operator_refusals_say_why_and_change_nothing",),
+    ),
+    Bug(
+        "removed frameworks not kept in history",
+        "master/frameworks.py",
+        "            self._keep_completed(framework)\n",
+        "",
+        (
+            "tests/test_history.py",
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "completed frameworks unbounded",
+        "master/frameworks.py",
+        "while len(self.completed_frameworks) > self.config.max_completed_frameworks:",
+        "while False:",
+        ("tests/test_history.py::test_history_is_bounded_as_mesos_bounds_it",),
+    ),
+    Bug(
+        "/state holds only the newest 50 ended tasks",
+        "master/http.py",
+        "SnapshotDocument(functools.partial(build_snapshot, master, ended_tasks=None))",
+        "SnapshotDocument(functools.partial(build_snapshot, master))",
+        (
+            "tests/test_history.py::test_get_state_holds_every_ended_task_kept_and_the_page_the_newest",
+        ),
+    ),
+    Bug(
+        "completed frameworks' tasks left out of the snapshot",
+        "master/read_model.py",
+        "[*master.frameworks.values(), *master.completed_frameworks.values()], ended_tasks",
+        "[*master.frameworks.values()], ended_tasks",
+        (
+            "tests/test_history.py",
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+        ),
+    ),
+    Bug(
+        "an oversized operator call answered 500 (the 413 built wrong)",
+        "master/operator_api.py",
+        "        MAX_BODY,\n        size,\n        text=",
+        "        text=",
+        (
+            "tests/test_operator_api.py::test_kill_and_teardown_from_the_command_line_leave_a_history",
+            "tests/test_fuzz_http.py",
+        ),
+    ),
+    Bug(
+        "gc plan ignores live tasks",
+        "agent/gc_policy.py",
+        "        if sandbox.key in live:\n            continue\n",
+        "",
+        ("tests/test_sandbox_gc.py",),
+    ),
+    Bug(
+        "allowed age not scaled by disk usage",
+        "agent/gc_policy.py",
+        "    return config.delay * room",
+        "    return config.delay",
+        ("tests/test_sandbox_gc.py",),
+    ),
+    Bug(
+        "no liveness re-check before removal",
+        "agent/_sandbox_gc.py",
+        "if sandbox.key in self._live():  # launched again since the scan",
+        "if False:  # planted: no re-check",
+        ("tests/test_sandbox_gc.py::test_a_task_launched_again_since_the_scan_keeps_its_sandbox",),
+    ),
+    Bug(
+        "unacknowledged ends not live",
+        "agent/tasks.py",
+        "return set(self._tasks) | set(self._ended) | self._finishing",
+        "return set(self._tasks) | self._finishing",
+        ("tests/test_sandbox_gc.py::test_a_task_whose_end_is_not_acknowledged_keeps_its_sandbox",),
+    ),
+    Bug(
+        "agent never starts its gc",
+        "agent/agent.py",
+        'gc = asyncio.create_task(self._gc.run(), name="mesolite-agent-gc")',
+        "gc = None",
+        ("tests/test_sandbox_gc.py",),
+    ),
+    Bug(
+        "--help without defaults",
+        "mesolite/cli/_args.py",
+        'kwargs.setdefault("formatter_class", _HelpFormatter)',
+        "pass",
+        ("tests/test_cli_polish.py::test_help_shows_every_default",),
+    ),
+    Bug(
+        "tasks view shows the host name only",
+        "mesolite/views.py",
+        '            t.agent_id,\n            hosts.get(t.agent_id, "-"),\n',
+        '            hosts.get(t.agent_id, t.agent_id),\n            "",\n',
+        ("tests/test_cli_polish.py::test_two_agents_on_one_host_are_told_apart",),
+    ),
+    Bug(
+        "no closed-pipe handling",
+        "mesolite/cli/_main.py",
+        "    except BrokenPipeError:",
+        "    except ZeroDivisionError:",
+        ("tests/test_cli_polish.py::test_a_closed_pipe_ends_the_command_quietly",),
+    ),
+    Bug(
+        "no Ctrl-C handling",
+        "mesolite/cli/_main.py",
+        "    except KeyboardInterrupt:\n        print(file=sys.stderr)",
+        "    except ZeroDivisionError:\n        print(file=sys.stderr)",
+        ("tests/test_cli_polish.py::test_ctrl_c_ends_the_command_quietly",),
+    ),
 ]
 
 
@@ -337,7 +811,7 @@ def main() -> int:
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in BUGS:
+    for bug in [*BUGS, *OPERATOR_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS

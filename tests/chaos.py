@@ -65,7 +65,7 @@ AGENT_RESOURCES = "cpus:2;mem:1024;disk:0"
 AGENTS = 3
 TASK = Resources(cpus=0.5, mem=64)
 AGENT_TIMEOUT = 5.0
-HEARTBEAT_INTERVAL = 1.0  # the master's default
+HEARTBEAT_INTERVAL = 1.0  # given to the master (its default is 15 s)
 # Longer than an agent's longest reconnect backoff (10 s, agent/config.py):
 # an agent that retries only every 10 s needs more than 10 s to come back. With 5 s,
 # the first 50 runs lost tasks of agents that were up but between two retries.
@@ -95,7 +95,7 @@ class SteadyFramework(Framework):
         name: str,
         ledger: Ledger,
         rng: random.Random,
-        id_file: Path,
+        id_file: Path | None,
         failover_timeout: float,
         long_every: int = 0,
     ) -> None:
@@ -205,6 +205,8 @@ class Chaos:
             work_dir,
             "--agent-timeout",
             str(AGENT_TIMEOUT),
+            "--agent-heartbeat-interval",
+            str(HEARTBEAT_INTERVAL),
             "--agent-reregister-timeout",
             str(REREGISTER_TIMEOUT),
             "--allocation-interval",
@@ -251,7 +253,9 @@ class Chaos:
             name,
             ledger,
             random.Random(self.rng.random()),
-            self.work_dir / f"{name}.id",
+            # A framework that never fails over keeps no id (the SDK refuses one with
+            # failover timeout 0: the id could never be used).
+            self.work_dir / f"{name}.id" if failover else None,
             failover_timeout=failover,
             long_every=long_every,
         )

@@ -32,7 +32,7 @@ from typing import Any
 
 import aiohttp
 
-from mesolite.agent import Agent, AgentConfig, Backoff
+from mesolite.agent import Agent, AgentConfig, Backoff, GcConfig
 from mesolite.agent._procs import is_alive
 from mesolite.agent.isolation import Container, IsolationConfig
 from mesolite.agent.sandbox_http import SandboxServer
@@ -229,7 +229,11 @@ class LocalCluster:
             assert violations == [], violations
 
     async def add_agent(
-        self, resources: str, name: str | None = None, isolation: IsolationConfig = TEST_ISOLATION
+        self,
+        resources: str,
+        name: str | None = None,
+        isolation: IsolationConfig = TEST_ISOLATION,
+        gc: GcConfig | None = None,
     ) -> Agent:
         """Start an agent in this process and wait until the master has registered it."""
         name = name or f"agent{len(self.agents) + len(self.agent_processes) + 1}"
@@ -248,6 +252,7 @@ class LocalCluster:
                 reconnect_backoff=Backoff(initial=0.05, maximum=0.5),
                 status_retry=Backoff(initial=0.2, maximum=1.0),
                 isolation=isolation,
+                gc=gc or GcConfig(),
                 tls=self._tls("agent"),
             )
         )

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.accounts import throwaway_accounts
 from tests.support.cgroups import (
     DEFAULT_CGROUPS_ROOT,
     TEST_CGROUPS_ROOT,
@@ -31,6 +32,7 @@ UNIT = {
     "test_agent_updates.py",
     "test_allocator.py",
     "test_allocator_hierarchy.py",
+    "test_ceei.py",
     "test_certs.py",
     "test_drf_reference.py",
     "test_errors.py",
@@ -38,6 +40,7 @@ UNIT = {
     "test_fairness_properties.py",
     "test_master_core.py",
     "test_policies.py",
+    "test_policy_properties.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",
@@ -69,6 +72,14 @@ def core() -> Iterator[CoreHarness]:
     harness = CoreHarness()
     yield harness
     harness.assert_sound()
+
+
+@pytest.fixture
+def unix_users() -> Iterator[tuple[str, str]]:
+    """Two new unprivileged Unix accounts, deleted after the test (tests/support/accounts.py);
+    the test is skipped where they cannot be made (not root, no useradd)."""
+    with throwaway_accounts(2) as (first, second):
+        yield first, second
 
 
 @pytest.fixture(scope="session", autouse=True)

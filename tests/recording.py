@@ -33,6 +33,7 @@ class RecordingFramework(Framework):
         *,
         tls: TlsConfig | None = None,
         token: str | None = None,
+        user: str | None = None,
     ) -> None:
         super().__init__(
             name,
@@ -43,6 +44,7 @@ class RecordingFramework(Framework):
             connection=FAST_RECONNECT,
             tls=tls,
             token=token,
+            user=user,
         )
         self.offers: list[tuple[float, Offer]] = []  # (monotonic time, offer)
         self.updates: list[TaskStatus] = []

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from mesolite.master.allocator import Allocator
+from mesolite.master.allocator import Allocator, RoleSettings
 from mesolite.master.policies import SharePolicy
 from mesolite.resources import Resources
 
@@ -68,22 +68,32 @@ def role_of(framework_id: str) -> str:
 
 def build_allocator(
     agents: Mapping[str, Resources],
-    weights: Mapping[str, float],
+    weights: Mapping[str, float | Mapping[str, float]],
     seed: int = 0,
     policy: SharePolicy | None = None,
 ) -> Allocator:
     """An allocator with these agents and frameworks (subscribed in `weights` order).
 
+    A weight is a number or a weight vector (resource -> weight, others 1).
     Each role is created just before its framework subscribes, so role order
     (the tie-break) is subscription order.
     """
     allocator = Allocator(FakeClock(), seed=seed, policy=policy)
     for agent_id, total in agents.items():
         allocator.add_agent(agent_id, total)
+    vectors = any(isinstance(w, Mapping) for w in weights.values())
+    settings: dict[str, RoleSettings] = {}  # with vectors: every role so far, configured
     for framework_id, weight in weights.items():
-        if weight != 1:
-            allocator.set_role_weight(role_of(framework_id), weight)
-        allocator.add_framework(framework_id, role_of(framework_id))
+        role = role_of(framework_id)
+        if isinstance(weight, Mapping):
+            settings[role] = RoleSettings(resource_weights=weight)
+        elif vectors:
+            settings[role] = RoleSettings(weight=weight)
+        elif weight != 1:
+            allocator.set_role_weight(role, weight)
+        if vectors:
+            allocator.configure_roles(settings)
+        allocator.add_framework(framework_id, role)
     return allocator
 
 

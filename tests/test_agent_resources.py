@@ -18,6 +18,7 @@ def test_public_names_are_pinned() -> None:
         "AgentError",
         "AgentRegistrationError",
         "Backoff",
+        "GcConfig",
         "IsolationConfig",
         "IsolationMode",
         "TaskRunner",

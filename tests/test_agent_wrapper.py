@@ -33,10 +33,15 @@ class Wrapper:
         self._ready = ready
 
     async def command_pid(self) -> int | None:
-        """What the wrapper writes on its ready fd: the command's pid, or None at end of file."""
+        """What the wrapper writes on its ready fd: the command's pid (then its own), or
+        None at end of file."""
         data = await asyncio.to_thread(os.read, self._ready, 64)
         os.close(self._ready)
-        return int(data) if data else None
+        if not data:
+            return None
+        command, wrapper = (int(pid) for pid in data.split())
+        assert wrapper == self.process.pid
+        return command
 
     def exit_record(self) -> dict[str, Any]:
         record: dict[str, Any] = json.loads((self.sandbox / "exit.json").read_text())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import pwd
 import resource
 import signal
 import ssl
@@ -66,18 +67,28 @@ def team_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return directory
 
 
-def acl_file(directory: Path) -> Path:
+def acl_file(directory: Path, users: tuple[str, str] | None = None) -> Path:
+    """`ACLS`; with `users`, team A may run its tasks as the first, team B as the second
+    (the README's `run_tasks`)."""
+    acls: dict[str, Any] = dict(ACLS)
+    if users is not None:
+        acls["run_tasks"] = [
+            {"principals": {"values": ["team-a"]}, "users": {"values": [users[0]]}},
+            {"principals": {"values": ["team-b", "team-b-tok"]}, "users": {"values": [users[1]]}},
+        ]
     path = directory / "acls.json"
-    path.write_text(json.dumps(ACLS))
+    path.write_text(json.dumps(acls))
     return path
 
 
 @contextlib.asynccontextmanager
-async def two_teams(tmp_path: Path, certs_dir: Path, **config: Any) -> AsyncIterator[LocalCluster]:
+async def two_teams(
+    tmp_path: Path, certs_dir: Path, *, users: tuple[str, str] | None = None, **config: Any
+) -> AsyncIterator[LocalCluster]:
     """The README's two-team cluster: TLS, tokens on a token port, the ACL file."""
     cluster = LocalCluster(
         tmp_path,
-        fast(acls_file=acl_file(tmp_path), **config),
+        fast(acls_file=acl_file(tmp_path, users), **config),
         certs=certs_dir,
         token_port=True,
     )
@@ -209,32 +220,26 @@ def running_task(framework_id: str, task_id: str, cpus: float) -> agent_pb2.Runn
 # 1. Tasks are not isolated from one another -----------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open (issue 12): every framework's tasks run as one --task-user, so they read "
-        "each other's sandboxes and /proc; a user per framework is not done"
-    ),
-)
 async def test_a_task_of_one_team_cannot_read_another_teams_output_or_environment(
-    tmp_path: Path, team_certs: Path
+    tmp_path: Path, team_certs: Path, unix_users: tuple[str, str]
 ) -> None:
     """Promise (README, "Who may do what"): "each team reads only its own tasks' output".
-    The ACLs guard the HTTP proxy, but every task runs as the agent's own user (root
-    here), in `<work_dir>/sandboxes/<framework>/<task>`, beside every other framework's
-    sandbox: team B launches `cat ../../*/*/stdout` and reads team A's output, and
-    `/proc/*/environ` gives it team A's secrets (it could also read the agent's
-    private key, kill A's processes, or rewrite the agent's journal).
+    The ACLs guard the HTTP proxy, but every task ran as the agent's one task user, in
+    `<work_dir>/sandboxes/<framework>/<task>`, beside every other framework's sandbox:
+    team B launched `cat ../../*/*/stdout` and read team A's output, and
+    `/proc/*/environ` gave it team A's secrets.
 
-    Fix: run each task as an unprivileged user (per framework, as Mesos'
-    `FrameworkInfo.user` / `--switch_user`), sandboxes 0700 owned by it, the agent's
-    files unreadable to tasks, `/proc` hidden (hidepid) or a PID namespace; until
-    then, say in the README that tasks of all frameworks run as the agent's user and
-    can read one another's sandboxes, environments and the agent's credentials."""
-    async with two_teams(tmp_path, team_certs) as cluster:
+    Fixed (issue 12): each team's frameworks name their own Unix user
+    (`FrameworkInfo.user`, allowed to their principal by the ACLs' `run_tasks`), the
+    agent runs their tasks as that user, a sandbox is its user's alone (0700) under
+    directories no task can list (0711), and the agent's files are closed to tasks.
+    Team B now tries the glob, A's sandbox by its path, A's processes' environments, the
+    agent's journal and its private key."""
+    user_a, user_b = unix_users
+    async with two_teams(tmp_path, team_certs, users=unix_users) as cluster:
         agent = await cluster.add_agent("cpus:2;mem:1024")
-        a = RecordingFramework("team-a", role="a", tls=bundle(team_certs, "team-a"))
-        b = RecordingFramework("team-b", role="b", tls=bundle(team_certs, "team-b"))
+        a = RecordingFramework("team-a", role="a", tls=bundle(team_certs, "team-a"), user=user_a)
+        b = RecordingFramework("team-b", role="b", tls=bundle(team_certs, "team-b"), user=user_b)
         async with running(a, cluster.address), running(b, cluster.address):
             offer = await a.next_offer(agent_id=agent.agent_id)
             secret = TaskSpec(
@@ -252,11 +257,16 @@ async def test_a_task_of_one_team_cannot_read_another_teams_output_or_environmen
                 what="team A's task to write its output",
             )
             offer = await b.next_offer(agent_id=agent.agent_id)
+            # From its sandbox: every sandbox by a glob, A's by its path, the agent's
+            # work dir and journal, every process's environment.
             snoop = TaskSpec(
                 "snoop",
-                "cat ../../*/*/stdout; "
+                "id -un; cat ../../*/*/stdout; ls ../..; "
+                f"cat ../../{a.framework_id}/secret/stdout; "
+                "ls ../../..; cat ../../../status_updates.jsonl; "
                 "for p in /proc/[0-9]*; do tr '\\0' '\\n' < $p/environ; done 2>/dev/null; true",
                 Resources(cpus=0.5, mem=32),
+                environment={"B_OWN": "B-OWN-VARIABLE"},
             )
             await b.launch(offer, [snoop])
             await b.wait_state("snoop", TaskState.FINISHED)
@@ -271,6 +281,22 @@ async def test_a_task_of_one_team_cannot_read_another_teams_output_or_environmen
                 seen_by_b = await response.text()
             leaked = [s for s in ("A-PRIVATE-OUTPUT", "A-PRIVATE-PASSWORD") if s in seen_by_b]
             assert leaked == [], f"team B's task read team A's {leaked}"
+            # The snoop did run as team B's user, and could read its own environment: the
+            # attempts above failed for want of permission, not for a broken command.
+            assert seen_by_b.splitlines()[0] == user_b, seen_by_b
+            assert "B-OWN-VARIABLE" in seen_by_b, seen_by_b
+            assert "update_id" not in seen_by_b, seen_by_b
+            stderr = (
+                stdout_a.parent.parent.parent / b.framework_id / "snoop" / "stderr"
+            ).read_text()
+            denied = [line for line in stderr.splitlines() if "Permission denied" in line]
+            for path in ("'../..'", "/secret/stdout", "'../../..'", "/status_updates.jsonl"):
+                assert any(path in line for line in denied), (path, stderr)
+            sandbox_a = stdout_a.parent
+            assert (sandbox_a.stat().st_uid, sandbox_a.stat().st_mode & 0o777) == (
+                pwd.getpwnam(user_a).pw_uid,
+                0o700,
+            )
 
 
 # 2. An agent can still speak for tasks the master never placed on it -------------------
@@ -381,7 +407,7 @@ async def test_one_principal_cannot_take_every_framework_slot(
     Fix: a per-principal quota of frameworks (and of roles created on first use),
     well under `max_frameworks`; perhaps a lower ceiling on the failover timeout of
     a disconnected framework when the master is near its limit."""
-    limits = {"max_frameworks": 10, "max_frameworks_per_principal": 5}
+    limits: dict[str, Any] = {"max_frameworks": 10, "max_frameworks_per_principal": 5}
     async with two_teams(tmp_path, team_certs, **limits) as cluster:
         team_a = bundle(team_certs, "team-a")
         for i in range(10):
@@ -495,13 +521,6 @@ async def test_an_agent_certificate_cannot_pose_as_the_master(team_certs: Path) 
 # 6. Slow HTTP clients hold the master's descriptors -------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "open (issue 11): no deadline for HTTP request headers and no cap on connections "
-        "(aiohttp's defaults)"
-    ),
-)
 async def test_slow_unauthenticated_http_clients_cannot_exhaust_the_master(
     tmp_path: Path, team_certs: Path
 ) -> None:
@@ -513,9 +532,10 @@ async def test_slow_unauthenticated_http_clients_cannot_exhaust_the_master(
     a common default soft limit) the master can accept nothing: no HTTP, no gRPC
     (`OSError: [Errno 24] Too many open files` in its log, frameworks time out).
 
-    Fix: a deadline for a connection's request headers (close it after, say, 10 s),
-    a cap on connections per address and in all (below the descriptor limit), and
-    raise the soft descriptor limit at start."""
+    Fixed (mesolite/http_serving.py): a deadline for a connection's request headers,
+    caps on connections (in all, and without a client certificate in all and per
+    address) fitted below the descriptor limit, and the soft descriptor limit
+    raised at start. Unit and deadline tests: tests/test_http_serving.py."""
     http_port, port = free_port(), free_port()
     log = (tmp_path / "master.log").open("wb")
     limit = 256

@@ -383,11 +383,22 @@ def test_certs_init_writes_starter_acls_that_keep_each_principal_to_its_part(
     assert acls.allows(Action.REGISTER_FRAMEWORKS, "framework", "any/role")
     assert acls.allows(Action.VIEW_STATE, "ci") and not acls.allows(Action.VIEW_STATE, "agent")
     assert acls.allows(Action.ACCESS_SANDBOXES, "admin", "framework")
+    # A framework may run its tasks as the user of its principal's name, no other.
+    assert acls.allows(Action.RUN_TASKS, "framework", "framework")
+    for user in ("admin", "root", "nobody"):
+        assert not acls.allows(Action.RUN_TASKS, "framework", user)
+    assert not acls.allows(Action.RUN_TASKS, "agent", "agent")
     assert acls.allows(Action.ACCESS_SANDBOXES, "framework", "framework")
     assert not acls.allows(Action.ACCESS_SANDBOXES, "framework", "ci")
+    for action in (Action.TEARDOWN_FRAMEWORKS, Action.KILL_TASKS):
+        assert acls.allows(action, "admin", "ci") and acls.allows(action, "ci", "ci")
+        assert not acls.allows(action, "framework", "ci") and not acls.allows(action, None, "ci")
     # The master's built-in workloads register their frameworks in any role, and do
-    # nothing else; admin reads their tasks' output.
+    # nothing else; admin reads their tasks' output and may tear them down.
     assert acls.allows(Action.REGISTER_FRAMEWORKS, "workloads", "any/role")
     assert not acls.allows(Action.VIEW_STATE, "workloads")
     assert not acls.allows(Action.REGISTER_AGENTS, "workloads")
     assert acls.allows(Action.ACCESS_SANDBOXES, "admin", "workloads")
+    assert acls.allows(Action.TEARDOWN_FRAMEWORKS, "admin", "workloads")
+    assert not acls.allows(Action.TEARDOWN_FRAMEWORKS, "framework", "workloads")
+    assert not acls.allows(Action.RUN_TASKS, "workloads", "workloads")

@@ -17,7 +17,8 @@ import pytest
 from rich.console import Console, RenderableType
 
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
-from mesolite.snapshot import ClusterSnapshot, TaskSnapshot
+from mesolite.resources import EMPTY
+from mesolite.snapshot import ClusterSnapshot, ClusterTotals, RoleSnapshot, TaskSnapshot
 from mesolite.views import (
     VIEWS,
     fmt_duration,
@@ -260,3 +261,36 @@ async def test_watch_refreshes_until_interrupted(tmp_path: Path) -> None:
                 await process.wait()
         assert process.returncode == 0
         assert output.decode().count("watched") >= 2
+
+
+def test_weight_vectors_are_shown_per_resource() -> None:
+    total = Resources(cpus=12, mem=36864)
+    vector = {"mem": 3.0, "gpus": 0.5}
+    memory_heavy = RoleSnapshot(
+        path="memory-heavy",
+        weight=1.0,
+        guarantee=EMPTY,
+        limit=None,
+        configured=True,
+        allocated=EMPTY,
+        share=0.0,
+        weighted_share=0.0,
+        dominant_share=0.0,
+        steady_fair_share=EMPTY,
+        instantaneous_fair_share=EMPTY,
+        active=False,
+        frameworks=1,
+        resource_weights=vector,
+    )
+    state = empty_snapshot(
+        cluster=ClusterTotals(total, EMPTY, total, 1, 1, 0, 0),
+        roles=(memory_heavy,),
+        frameworks=(framework_snapshot(role="memory-heavy", resource_weights=vector),),
+    )
+    [line] = lines_with(text(render_frameworks(state)), "memory-heavy")
+    assert "mem:3 gpus:0.5 others:1" in line
+    # Each resource's line carries that resource's weight (gpus, weighted but
+    # not in the cluster, gets a line too): role, weight, ..., resource, ...
+    rows = [line.split() for line in text(render_roles(state)).splitlines()[3:] if line]
+    weights = {row[-6]: row[-7] for row in rows}
+    assert weights == {"cpus": "1", "mem": "3", "gpus": "0.5"}

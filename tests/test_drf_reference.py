@@ -12,7 +12,14 @@ from fractions import Fraction
 import pytest
 
 import mesolite.lab.drf_reference
-from mesolite.lab.drf_reference import Amount, asset_fairness, discrete_drf, drf, to_fraction
+from mesolite.lab.drf_reference import (
+    Amount,
+    Weight,
+    asset_fairness,
+    discrete_drf,
+    drf,
+    to_fraction,
+)
 
 # The paper's example: <9 CPUs, 18 GB>; A's tasks need <1 CPU, 4 GB>, B's <3 CPUs, 1 GB>.
 PAPER_CAPACITY = {"cpus": 9, "mem": 18}
@@ -217,3 +224,55 @@ def test_amounts_must_be_numbers() -> None:
         to_fraction(True)
     with pytest.raises(TypeError):
         to_fraction("1")  # type: ignore[arg-type]
+
+
+# Weight vectors (the paper's weighted DRF: s_i = max_r(u_ir / w_ir)) -----------
+
+
+def test_weight_vectors_on_the_paper_example() -> None:
+    # A weighs 2 for memory, B 3 for CPUs. A's weighted dominant share is
+    # max(x/9, (4x/18)/2) = x/9, B's max((3y/9)/3, y/18) = y/9: so x = y, and
+    # CPUs bind first: x + 3x = 9, x = y = 9/4 (memory: 45/4 < 18).
+    a = drf(PAPER_CAPACITY, PAPER_DEMANDS, weights={"A": {"mem": 2}, "B": {"cpus": 3}})
+    assert a.tasks == {"A": Fraction(9, 4), "B": Fraction(9, 4)}
+    assert a.shares == {"A": Fraction(1, 4), "B": Fraction(1, 4)}
+    assert a.dominant_shares == {"A": Fraction(1, 2), "B": Fraction(3, 4)}
+    assert a.weights == {"A": 1, "B": 1}
+    assert a.resource_weights == {"A": {"mem": 2}, "B": {"cpus": 3}}
+    assert a.saturated == {"cpus"}
+
+
+def test_weight_vectors_of_the_end_to_end_test() -> None:
+    # tests/test_roles_cluster.py: <12 CPUs, 36 GB>, A {mem: 3}, B {cpus: 4}.
+    # A: max(x/12, (4x/36)/3) = x/12; B: max((3y/12)/4, y/36) = y/16; x/12 = y/16
+    # and x + 3y = 5x = 12: x = 12/5, y = 16/5. Whole tasks, one at a time: 3 and 3.
+    capacity = {"cpus": 12, "mem": 36}
+    weights: dict[str, Weight] = {"A": {"mem": 3}, "B": {"cpus": 4}}
+    a = drf(capacity, PAPER_DEMANDS, weights=weights)
+    assert a.tasks == {"A": Fraction(12, 5), "B": Fraction(16, 5)}
+    assert discrete_drf(capacity, PAPER_DEMANDS, weights=weights).tasks == {"A": 3, "B": 3}
+    # Without the weights, or with each one on the other resource, it differs.
+    assert discrete_drf(capacity, PAPER_DEMANDS).tasks == {"A": 6, "B": 2}
+    swapped: dict[str, Weight] = {"A": {"cpus": 3}, "B": {"mem": 4}}
+    assert discrete_drf(capacity, PAPER_DEMANDS, weights=swapped).tasks == {"A": 6, "B": 2}
+
+
+def test_a_vector_of_equal_weights_is_that_weight() -> None:
+    vector = drf(PAPER_CAPACITY, PAPER_DEMANDS, weights={"A": {"cpus": 2, "mem": 2}})
+    scalar = drf(PAPER_CAPACITY, PAPER_DEMANDS, weights={"A": 2})
+    assert vector.tasks == scalar.tasks == {"A": Fraction(54, 13), "B": Fraction(18, 13)}
+    assert vector.shares == scalar.shares
+
+
+def test_asset_fairness_divides_each_share_by_its_weight() -> None:
+    # A spends 1/9 + 4/18 = 1/3 per task; weighted {mem: 2}, 1/9 + 1/9 = 2/9.
+    # B spends 3/9 + 1/18 = 7/18. 2x/9 = 7y/18 gives x = 7y/4; CPUs bind first:
+    # 7y/4 + 3y = 19y/4 = 9, y = 36/19, x = 63/19 (memory 288/19 < 18).
+    a = asset_fairness(PAPER_CAPACITY, PAPER_DEMANDS, weights={"A": {"mem": 2}})
+    assert a.tasks == {"A": Fraction(63, 19), "B": Fraction(36, 19)}
+
+
+def test_each_weight_of_a_vector_must_be_positive() -> None:
+    for policy in (drf, asset_fairness, discrete_drf):
+        with pytest.raises(ValueError, match="weight of 'A' for 'mem' must be positive"):
+            policy({"cpus": 1}, {"A": {"cpus": 1}}, {"A": {"mem": 0}})

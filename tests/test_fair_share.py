@@ -130,7 +130,7 @@ def reference_shares(
         for name, amount in share.items():
             exact = reference_exact(
                 amount,
-                [Fraction(s.weight) for s in specs],
+                [Fraction((s.resource_weights or {}).get(name, s.weight)) for s in specs],
                 [s.guarantee._units.get(name, 0) for s in specs],
                 [
                     None if s.limit is None or name not in s.limit else round(s.limit[name] * 1000)
@@ -522,7 +522,7 @@ def test_many_roles_agree_with_the_reference() -> None:
 
 @pytest.mark.parametrize("weight", [-1.0, math.nan, math.inf, True])
 def test_share_input_rejects_bad_weights(weight: float) -> None:
-    with pytest.raises(ValueError, match="weight"):
+    with pytest.raises(ValueError, match=r"^weight must be a finite number >= 0, got "):
         ShareInput(weight)
 
 
@@ -808,3 +808,81 @@ def test_role_tree_takes_each_path_once_and_adds_every_missing_ancestor() -> Non
     }
     with pytest.raises(ValueError, match=r"^the empty path is the root, not a role$"):
         role_tree(["a", ROOT])
+
+
+# Weight vectors ------------------------------------------------------------------
+
+
+def test_a_weight_vector_divides_each_resource_by_its_own_weights() -> None:
+    # a weighs 3 for cpus and 1 for everything else, b 1 for all: the CPUs split
+    # 3 : 1, memory and disk 1 : 1. Its steady share is no single multiple of b's.
+    roles = {"a": ShareInput(resource_weights={"cpus": 3}), "b": ShareInput()}
+    total = Resources(cpus=8, mem=1000, disk=10)
+    shares = compute_fair_shares(roles, total)
+    assert shares["a"] == Resources(cpus=6, mem=500, disk=5)
+    assert shares["b"] == Resources(cpus=2, mem=500, disk=5)
+    # The unnamed resources weigh `weight`, not 1, when it is given.
+    roles = {"a": ShareInput(3.0, resource_weights={"mem": 1}), "b": ShareInput()}
+    assert compute_fair_shares(roles, total)["a"] == Resources(cpus=6, mem=500, disk=7.5)
+
+
+def test_weight_vectors_in_instantaneous_shares_and_below_a_parent() -> None:
+    # eng's children split eng's share of each resource by their weights for it.
+    roles = {
+        "eng": ShareInput(resource_weights={"mem": 3}),
+        "eng/ml": ShareInput(resource_weights={"cpus": 4, "mem": 0.5}),
+        "eng/web": ShareInput(),
+        "ops": ShareInput(),
+    }
+    total = Resources(cpus=10, mem=800)
+    steady = compute_fair_shares(roles, total)
+    assert steady["eng"] == Resources(cpus=5, mem=600)
+    assert steady["eng/ml"] == Resources(cpus=4, mem=200)
+    assert steady["eng/web"] == Resources(cpus=1, mem=400)
+    assert steady["ops"] == Resources(cpus=5, mem=200)
+    active = compute_fair_shares(roles, total, active=["eng/ml", "ops"])
+    assert active["eng/ml"] == Resources(cpus=5, mem=600)
+    assert active["eng/web"] == Resources()
+    assert active["ops"] == Resources(cpus=5, mem=200)
+
+
+def test_a_zero_weight_for_one_resource_fixes_only_that_resource() -> None:
+    # Weight 0 for cpus: a gets its cpus guarantee and no more, memory by weight.
+    roles = {
+        "a": ShareInput(guarantee=Resources(cpus=1), resource_weights={"cpus": 0}),
+        "b": ShareInput(),
+    }
+    shares = compute_fair_shares(roles, Resources(cpus=8, mem=100))
+    assert shares["a"] == Resources(cpus=1, mem=50)
+    assert shares["b"] == Resources(cpus=7, mem=50)
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan"), float("inf"), True, "2"])
+def test_share_input_rejects_bad_resource_weights(weight: object) -> None:
+    with pytest.raises(ValueError, match=r"^weight for cpus must be a finite number >= 0"):
+        ShareInput(resource_weights={"cpus": weight})  # type: ignore[dict-item]
+
+
+@st.composite
+def vector_trees(draw: st.DrawFn) -> dict[str, ShareInput]:
+    """Trees whose roles may weigh cpus and mem differently, with bounds on both."""
+    roles = draw(trees())
+    out = {}
+    for path, s in roles.items():
+        vector = draw(st.dictionaries(st.sampled_from(["cpus", "mem", "gpus"]), WEIGHT))
+        mem_limit = draw(st.none() | AMOUNT)
+        limit = dict(s.limit or {})
+        if mem_limit is not None:
+            limit["mem"] = mem_limit / 1000
+        out[path] = ShareInput(s.weight, s.guarantee, limit or None, vector or None)
+    return out
+
+
+@given(vector_trees(), AMOUNT, AMOUNT, st.data())
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_trees_with_weight_vectors_agree_with_the_reference(
+    roles: dict[str, ShareInput], cpus: int, mem: int, data: st.DataObject
+) -> None:
+    active = data.draw(st.none() | st.lists(st.sampled_from(sorted(roles))))
+    total = Resources._from_units({k: v for k, v in (("cpus", cpus), ("mem", mem)) if v})
+    assert shares_in_units(roles, total, active) == reference_shares(roles, total, active)

@@ -45,9 +45,11 @@ needs >= 1 cpu or >= 128 MB, so whenever a task fits, the agent's free
 resources are above the allocator's minimum offer size.
 
 B1 test_allocator_follows_the_choice_rule (1-4 agents; `drf` and `asset`
-   policies), exactly up to float rounding (1e-9): every offer is the agent's
+   policies; weights are numbers or weight vectors, one weight per resource),
+   exactly up to float rounding (1e-9): every offer is the agent's
    whole free resources, made to a framework with the least weighted share
-   (largest fraction for drf, sum of fractions for asset) among those not
+   (largest fraction for drf, sum of fractions for asset, each fraction over
+   its resource's weight under a weight vector) among those not
    suppressed and not filtering the agent, counting this cycle's earlier
    offers as allocated (as the allocator documents); and no agent on which an
    eligible framework's task fits is skipped. The bounds below follow from it.
@@ -364,7 +366,7 @@ def test_reference_equalises_weighted_dominant_shares_when_all_need_everything(
 class Cluster:
     agents: dict[str, Resources]
     demands: dict[str, Resources]  # in subscription order
-    weights: dict[str, int]
+    weights: dict[str, int | dict[str, int]]  # a number, or a weight vector (others 1)
     max_tasks: dict[str, int]
 
     def run(self, seed: int = 0, policy: str = "drf") -> Run:
@@ -393,17 +395,24 @@ def fits(demand: Mapping[str, Fraction], free: Mapping[str, Fraction]) -> bool:
     return all(free.get(r, Fraction(0)) >= x for r, x in demand.items())
 
 
+Weight = Fraction | Mapping[str, Fraction]
+
+
 def weighted_share(
-    held: Mapping[str, Fraction], total: Vector, weight: Fraction, policy: str = "drf"
+    held: Mapping[str, Fraction], total: Vector, weight: Weight, policy: str = "drf"
 ) -> Fraction:
     """The policy's share over the weight; resources absent from the total are skipped.
 
-    "drf" counts the largest fraction of any resource, "asset" their sum.
+    "drf" counts the largest fraction of any resource, "asset" their sum. A
+    weight vector divides each resource's fraction by its weight (others 1).
     """
-    shares = [x / total[r] for r, x in held.items() if total.get(r)]
+    if isinstance(weight, Mapping):
+        shares = [x / total[r] / weight.get(r, 1) for r, x in held.items() if total.get(r)]
+    else:
+        shares = [x / total[r] / weight for r, x in held.items() if total.get(r)]
     if policy == "asset":
-        return sum(shares, Fraction(0)) / weight
-    return max(shares, default=Fraction(0)) / weight
+        return sum(shares, Fraction(0))
+    return max(shares, default=Fraction(0))
 
 
 @st.composite
@@ -412,6 +421,7 @@ def clusters(
     agents: tuple[int, int] = (1, 1),
     weighted: bool = True,
     limited: bool = True,
+    vectors: bool = False,
 ) -> Cluster:
     one = agents == (1, 1)
     nodes: dict[str, Resources] = {}
@@ -441,18 +451,32 @@ def clusters(
         if cpus == 0 and mem == 0:
             cpus = 1  # a task that fits must make the agent offerable
         demands[f"f{k}"] = Resources(cpus=cpus, mem=mem, disk=disk)
-    weights = {f: draw(st.integers(1, 3)) if weighted else 1 for f in demands}
+    weights: dict[str, int | dict[str, int]] = {
+        f: draw(st.integers(1, 3)) if weighted else 1 for f in demands
+    }
+    if vectors:
+        for f in demands:
+            if draw(st.booleans()):
+                weights[f] = draw(st.dictionaries(st.sampled_from(RESOURCES), st.integers(1, 4)))
     max_tasks: dict[str, int] = {}
     if limited:
         max_tasks = {f: draw(st.integers(1, 6)) for f in demands if draw(st.booleans())}
     return Cluster(nodes, demands, weights, max_tasks)
 
 
+def scalar(weight: int | dict[str, int]) -> int:
+    assert not isinstance(weight, dict), "B3-B6 are for scalar weights"
+    return weight
+
+
 def replay_choices(cluster: Cluster, run: Run, policy: str = "drf") -> dict[str, Vector]:
     """Check every decision of `run` against the choice rule (B1); return free space."""
     total = cluster.total()
     need = {f: exact(d) for f, d in cluster.demands.items()}
-    weight = {f: Fraction(w) for f, w in cluster.weights.items()}
+    weight: dict[str, Weight] = {
+        f: {r: Fraction(x) for r, x in w.items()} if isinstance(w, dict) else Fraction(w)
+        for f, w in cluster.weights.items()
+    }
     free = {a: exact(r) for a, r in cluster.agents.items()}
     held: dict[str, Vector] = {f: {} for f in need}
     tasks = dict.fromkeys(need, 0)
@@ -510,14 +534,14 @@ POLICIES = pytest.mark.parametrize("policy", ["drf", "asset"])
 
 @POLICIES
 @ALLOCATOR
-@given(clusters(agents=(1, 4)), st.integers(0, 3))
+@given(clusters(agents=(1, 4), vectors=True), st.integers(0, 3))
 def test_allocator_follows_the_choice_rule(policy: str, cluster: Cluster, seed: int) -> None:
     replay_choices(cluster, cluster.run(seed, policy), policy)
 
 
 @POLICIES
 @ALLOCATOR
-@given(clusters(agents=(1, 4)), st.integers(0, 3))
+@given(clusters(agents=(1, 4), vectors=True), st.integers(0, 3))
 def test_allocator_is_pareto_efficient(policy: str, cluster: Cluster, seed: int) -> None:
     run = cluster.run(seed, policy)
     free = {a: exact(r) for a, r in cluster.agents.items()}
@@ -585,7 +609,7 @@ def one_agent_outcome(cluster: Cluster) -> OneAgentOutcome:
         stop = next(c for c in counts if not fits(need[f], free(c)))
         assert stop[f] == run.tasks[f]  # nothing for f after its task stopped fitting
         at_stop[f] = stop
-    weights = {f: Fraction(w) for f, w in cluster.weights.items()}
+    weights = {f: Fraction(scalar(w)) for f, w in cluster.weights.items()}
     return OneAgentOutcome(run.tasks, delta, weights, unfinished, at_stop)
 
 

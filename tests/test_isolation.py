@@ -451,7 +451,7 @@ async def test_the_fallback_limits_memory_per_process(
     # The allocation fails (RLIMIT_DATA) rather than the kernel killing the task.
     assert (final.state, final.reason) == (TaskState.FAILED, "")
     assert "MemoryError" in (runner.sandbox_path(FW, "hog") / "stderr").read_text()
-    assert runner.isolator.create("x", {"mem": 64}).cgroup is None
+    assert runner.isolator.create("x", {"mem": 64}, None).cgroup is None
 
 
 # Settings and the cgroup v2 code path (on a fake hierarchy: this machine has v1).

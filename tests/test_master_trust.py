@@ -635,3 +635,21 @@ def test_new_acls_end_the_streams_they_no_longer_allow(tmp_path: Path) -> None:
     assert core.master.reload_acls() is True
     assert fw.peer.closed and not other.peer.closed and not agent.peer.closed
     refused(Refusal.FORBIDDEN, lambda: core.resubscribe(fw, principal="team-a"))
+
+
+def test_an_agent_cannot_grow_a_tasks_record_with_made_up_updates(core: CoreHarness) -> None:
+    """A rogue agent sends endless RUNNING updates for its own task, each with a new
+    update id: past the bound they are acknowledged and dropped, not applied or
+    forwarded, and the task's end still comes through."""
+    fw, agent, _ = launched(core)
+    bound = validation.MAX_UPDATES_PER_TASK
+    for n in range(bound + 50):
+        core.update(agent, fw, "t1", TaskState.RUNNING, update_id=f"u{n}")
+    task = core.master.frameworks[fw.framework_id].tasks["t1"]
+    assert len(task.applied_updates) == bound
+    assert len(core.updates(fw)) == bound
+    dropped = agent.peer.take(msg.AcknowledgeUpdate)
+    assert [a.update_id for a in dropped] == [f"u{n}" for n in range(bound, bound + 50)]
+    core.update(agent, fw, "t1", TaskState.FINISHED, update_id="end")
+    assert [u.state for u in core.updates(fw)] == [TaskState.FINISHED]
+    assert core.master.allocator.agent_allocated(agent.agent_id).is_empty()

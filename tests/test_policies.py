@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from mesolite.master.policies import (
@@ -11,6 +13,7 @@ from mesolite.master.policies import (
     SharePolicy,
     SlotsPolicy,
     make_policy,
+    weighted_share,
 )
 from mesolite.resources import Resources
 
@@ -80,3 +83,64 @@ def test_a_missing_resource_counts_as_none_of_it() -> None:
     # so the cluster holds no whole slot at all.
     slots = SlotsPolicy(slot=Resources(cpus=1, mem=0.001))
     assert slots.share(Resources(cpus=1), Resources(cpus=4)) == 0.0
+
+
+# Weight vectors: each resource's part divided by its own weight -----------------
+
+
+def test_drf_with_a_weight_vector_takes_the_largest_share_over_its_weight() -> None:
+    held = Resources(cpus=2, mem=8192)  # 1/4 of the CPUs, 1/2 of the memory
+    # The paper's s_i = max_r(u_ir / w_ir): mem 1/2 / 4 = 1/8 < cpus 1/4 / 1.
+    assert weighted_share(DRFPolicy(), held, CLUSTER, 1.0, {"mem": 4}) == 1 / 4
+    # Favoured on CPUs instead, memory dominates: 1/2 against (1/4) / 4.
+    assert weighted_share(DRFPolicy(), held, CLUSTER, 1.0, {"cpus": 4}) == 1 / 2
+    # Unnamed resources weigh the scalar weight, 2 here: max(1/4 / 8, 1/2 / 2).
+    assert weighted_share(DRFPolicy(), held, CLUSTER, 2.0, {"cpus": 8}) == 1 / 4
+    # A resource the holding lacks, or the cluster lacks, counts for nothing.
+    assert weighted_share(DRFPolicy(), Resources(cpus=2, gpus=1), CLUSTER, 1.0, {"gpus": 0}) == (
+        1 / 4
+    )
+
+
+def test_asset_with_a_weight_vector_adds_each_share_over_its_weight() -> None:
+    held = Resources(cpus=2, mem=8192)
+    assert weighted_share(AssetPolicy(), held, CLUSTER, 1.0, {"cpus": 2}) == 1 / 8 + 1 / 2
+    assert weighted_share(AssetPolicy(), held, CLUSTER, 4.0, {"cpus": 2}) == 1 / 8 + 1 / 8
+
+
+def test_slots_with_a_weight_vector_divide_each_resource_s_slot_count() -> None:
+    slots = SlotsPolicy(slot=Resources(cpus=1, mem=2048))
+    # 8 slots in the cluster; the holding needs 2 slots of CPU and 4 of memory.
+    held = Resources(cpus=2, mem=8192)
+    assert weighted_share(slots, held, CLUSTER, 1.0, {"mem": 4}) == 2 / 8
+    assert weighted_share(slots, held, CLUSTER, 1.0, {"cpus": 4}) == 4 / 8
+    # Memory, unnamed, weighs the scalar weight 2: max(2 / 4, 4 / 2) slots of 8.
+    assert weighted_share(slots, held, CLUSTER, 2.0, {"cpus": 4}) == 2 / 8
+    assert weighted_share(slots, held, Resources(cpus=0.5, mem=8192), 1.0, {"mem": 2}) == 0.0
+    # A cluster of exactly one slot: holding it is all of it, weighted.
+    one = Resources(cpus=1, mem=2048)
+    assert weighted_share(slots, one, one, 1.0, {"mem": 2}) == 1.0
+
+
+@pytest.mark.parametrize("policy", [DRFPolicy(), AssetPolicy(), SlotsPolicy()])
+def test_a_vector_of_equal_weights_is_the_scalar_weight(policy: SharePolicy) -> None:
+    held = Resources(cpus=3, mem=5000, disk=7)
+    total = Resources(cpus=8, mem=16384, disk=100)
+    vector = {"cpus": 2.5, "mem": 2.5, "disk": 2.5}
+    assert weighted_share(policy, held, total, 2.5, vector) == pytest.approx(
+        weighted_share(policy, held, total, 2.5), rel=1e-15
+    )
+    assert weighted_share(policy, held, total, 2.5) == policy.share(held, total) / 2.5
+
+
+@pytest.mark.parametrize("policy", [DRFPolicy(), AssetPolicy(), SlotsPolicy()])
+def test_a_zero_weight_counts_only_for_resources_held(policy: SharePolicy) -> None:
+    # Weight 0 for memory: any memory held makes the share infinite (last in
+    # line), none held changes nothing, as a scalar weight of 0 does.
+    assert weighted_share(policy, Resources(cpus=2, mem=1), CLUSTER, 1.0, {"mem": 0}) == math.inf
+    assert weighted_share(policy, Resources(cpus=2), CLUSTER, 1.0, {"mem": 0}) == (
+        weighted_share(policy, Resources(cpus=2), CLUSTER, 1.0)
+    )
+    assert weighted_share(policy, Resources(cpus=2), CLUSTER, 0.0) == math.inf
+    assert weighted_share(policy, Resources(), CLUSTER, 0.0) == 0.0
+    assert weighted_share(policy, Resources(), CLUSTER, 0.0, {"cpus": 0}) == 0.0

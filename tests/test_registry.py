@@ -71,6 +71,29 @@ def test_who_owns_each_id_is_kept(tmp_path: Path) -> None:
     again.close()
 
 
+def test_a_frameworks_user_is_kept_and_older_registries_get_none(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite"
+    registry = Registry(path)
+    registry.add_framework(FrameworkEntry("F1", "etl", "a", 0.0, 100.0, user="alice"))
+    registry.add_framework(FrameworkEntry("F2", "plain", "a", 0.0, 101.0))
+    registry.close()
+    again = Registry(path)
+    assert [(f.framework_id, f.user) for f in again.frameworks()] == [("F1", "alice"), ("F2", "")]
+    again.close()
+    # A version-3 file (before frameworks' users): its frameworks have none.
+    older = tmp_path / "v3.sqlite"
+    with sqlite3.connect(older) as db:
+        db.executescript(VERSION_1)
+        db.execute("ALTER TABLE frameworks ADD COLUMN removing INTEGER NOT NULL DEFAULT 0")
+        db.execute("ALTER TABLE frameworks ADD COLUMN principal TEXT")
+        db.execute("ALTER TABLE agents ADD COLUMN principal TEXT")
+        db.execute("PRAGMA user_version = 3")
+    migrated = Registry(older)
+    assert migrated.schema_version == SCHEMA_VERSION
+    assert [(f.framework_id, f.user) for f in migrated.frameworks()] == [("F1", "")]
+    migrated.close()
+
+
 def test_registry_of_a_newer_master_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "registry.sqlite"
     Registry(path).close()
@@ -106,3 +129,48 @@ async def test_master_recovers_from_a_registry_of_an_older_master(tmp_path: Path
         assert timer is not None and timer.when() - asyncio.get_running_loop().time() > 29
         assert [e.task.task_id for e in master.recovering_agents["S1"]] == ["t1"]
         assert master.registry.schema_version == SCHEMA_VERSION
+
+
+def _rows(path: Path, table: str) -> int:
+    """How many rows another connection (a restarted master) sees."""
+    with sqlite3.connect(path) as db:
+        (count,) = db.execute(f"SELECT COUNT(*) FROM {table}").fetchone()
+    return int(count)
+
+
+def test_deferred_changes_are_committed_together_at_flush(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite"
+    registry = Registry(path)
+    scheduled: list[object] = []
+    registry.defer_commits(scheduled.append)
+    spec = TaskSpec("t1", "sleep 1", Resources(cpus=1))
+    registry.add_framework(FrameworkEntry("F1", "batch", "*", 0.0, 1.0))
+    registry.add_tasks("F1", "S1", [spec, TaskSpec("t2", "true", Resources(cpus=1))])
+    registry.remove_task("F1", "t2")
+    assert scheduled == [registry.flush]  # asked once, at the first change
+    assert (_rows(path, "frameworks"), _rows(path, "tasks")) == (0, 0)  # nothing yet
+    commits = registry.commits
+    registry.flush()
+    assert registry.commits == commits + 1  # one transaction, in order
+    assert (_rows(path, "frameworks"), _rows(path, "tasks")) == (1, 1)
+    registry.remove_framework("F1")
+    assert len(scheduled) == 2  # a new batch asks again
+    assert [t.task.task_id for t in registry.tasks()] == []  # reads see every change
+    assert _rows(path, "frameworks") == 0
+    registry.close()
+
+
+def test_a_failed_flush_keeps_the_changes_for_the_next(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite"
+    registry = Registry(path)
+    registry.defer_commits(lambda flush: None)
+    registry.add_framework(FrameworkEntry("F1", "batch", "*", 0.0, 1.0))
+    with sqlite3.connect(path, isolation_level=None) as other:
+        other.execute("BEGIN EXCLUSIVE")  # the file is locked: the commit cannot happen
+        registry._db.execute("PRAGMA busy_timeout = 0")
+        with pytest.raises(sqlite3.OperationalError):
+            registry.flush()
+        other.execute("ROLLBACK")
+    registry.flush()
+    assert _rows(path, "frameworks") == 1
+    registry.close()

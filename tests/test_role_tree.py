@@ -385,3 +385,67 @@ def test_ensure_role_says_whether_the_role_is_new() -> None:
     assert tree.ensure_role("a/b") is False
     assert tree.ensure_role("a") is False  # created as a/b's parent
     assert tree.ensure_role("*") is False  # always there
+
+
+# Weight vectors ------------------------------------------------------------------
+
+
+def test_a_weight_vector_orders_roles_by_the_weighted_dominant_share() -> None:
+    # One agent of <8 CPUs, 8 GB>; a's tasks take <1 CPU, 512 MB>, b's <1 CPU,
+    # 1 GB>. Weighted 3 for cpus, a's weighted share max(cpu/3, mem) is its
+    # memory share n/16, b's n/8: a gets about twice b's tasks (16/3 and 8/3
+    # divisible), 5 and 3 whole ones (equal weights: 4 and 4).
+    allocator = cluster(1, Resources(cpus=8, mem=8192))
+    allocator.configure_roles(
+        {"a": RoleSettings(resource_weights={"cpus": 3}), "b": RoleSettings()}
+    )
+    allocator.add_framework("fa", "a")
+    allocator.add_framework("fb", "b")
+    assert run_one_task_per_offer(allocator, VECTOR_DEMANDS) == {"fa": 5, "fb": 3}
+    tree = allocator.roles
+    assert tree.role_resource_weights("a") == {"cpus": 3.0}
+    assert tree.role_weight("a") == 1.0
+    assert tree.role_share("a") == max(5 / 8 / 3, 5 * 512 / 8192)
+    assert allocator.framework_share("fa") == tree.role_share("a")
+    assert allocator.role_resource_weights("a") == {"cpus": 3.0}
+    assert allocator.role_resource_weights("b") is None
+    assert allocator.role_resource_weights("nobody") is None
+
+
+VECTOR_DEMANDS = {"fa": Resources(cpus=1, mem=512), "fb": Resources(cpus=1, mem=1024)}
+
+
+@pytest.mark.parametrize(
+    "weights, expected",
+    [
+        ({"mem": 3}, {"fa": 4, "fb": 4}),  # a's CPU share still dominates at weight 1
+        ({"cpus": 3, "mem": 3}, {"fa": 6, "fb": 2}),  # as a scalar weight of 3
+        ({"cpus": 3, "disk": 0}, {"fa": 5, "fb": 3}),  # a resource it never holds
+    ],
+)
+def test_which_resource_a_weight_is_for_decides_the_split(
+    weights: dict[str, float], expected: dict[str, int]
+) -> None:
+    allocator = cluster(1, Resources(cpus=8, mem=8192))
+    allocator.configure_roles({"a": RoleSettings(resource_weights=weights)})
+    allocator.add_framework("fa", "a")
+    allocator.add_framework("fb", "b")
+    assert run_one_task_per_offer(allocator, VECTOR_DEMANDS) == expected
+
+
+def test_unconfiguring_or_a_scalar_weight_drops_the_vector() -> None:
+    allocator = cluster(1)
+    allocator.configure_roles({"a": RoleSettings(resource_weights={"cpus": 2})})
+    allocator.set_role_weight("a", 2.0)
+    assert allocator.role_resource_weights("a") is None
+    allocator.configure_roles({"a": RoleSettings(resource_weights={"cpus": 2})})
+    allocator.add_framework("f", "a")
+    allocator.configure_roles({})
+    assert allocator.role_resource_weights("a") is None
+    assert allocator.role_weight("a") == 1.0
+
+
+@pytest.mark.parametrize("weight", [-1.0, float("nan")])
+def test_each_weight_of_a_vector_must_be_at_least_0(weight: float) -> None:
+    with pytest.raises(ValueError, match=r"^weight of role 'r' for mem must be >= 0, got "):
+        RoleTree().configure_role("r", 1.0, Resources(), None, {"cpus": 1, "mem": weight})

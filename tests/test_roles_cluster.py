@@ -7,12 +7,16 @@ import contextlib
 import signal
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from examples.batch import BatchFramework, BatchSpec
+from mesolite.lab.drf_reference import Weight, discrete_drf, drf
 from tests.cluster import AgentProcess, LocalCluster, fast, spawn_agent_process
 from tests.recording import running
 from tests.waiting import wait_for_condition
@@ -244,3 +248,91 @@ async def wait_for_condition_async(
                 f"timed out{' on ' + what if what else ''}: still {value!r}, expected {expected!r}"
             )
         await asyncio.sleep(0.05)
+
+
+# Weight vectors over real gRPC ---------------------------------------------------
+
+# The DRF paper's two users on <12 CPUs, 36 GB>: memory-heavy tasks <1 CPU, 4 GB>
+# (memory is their dominant resource) and cpu-heavy <3 CPUs, 1 GB> (CPUs). Each
+# role is favoured on one resource: memory-heavy weighs 3 for memory, cpu-heavy
+# 4 for CPUs (every other resource weighs 1).
+VECTOR_ROLES = """
+[roles.memory-heavy]
+weight = { mem = 3 }
+
+[roles.cpu-heavy]
+weight = { cpus = 4 }
+"""
+VECTOR_AGENT = "cpus:12;mem:36864"
+
+
+async def test_weight_vectors_decide_the_split_as_the_exact_weighted_reference(
+    tmp_path: Path,
+) -> None:
+    roles_file = tmp_path / "roles.toml"
+    roles_file.write_text(VECTOR_ROLES)
+    specs = {  # in the order of their roles' creation (sorted paths): the tie-break
+        "cpu": BatchSpec(name="cpu", role="cpu-heavy", cpus=3, mem=1024, tasks=0),
+        "memory": BatchSpec(name="memory", role="memory-heavy", cpus=1, mem=4096, tasks=0),
+    }
+    async with (
+        LocalCluster(tmp_path, fast(roles_file=roles_file)) as cluster,
+        contextlib.AsyncExitStack() as stack,
+    ):
+        for spec in specs.values():
+            framework = BatchFramework(replace(spec, command="sleep 120"), out=lambda line: None)
+            await stack.enter_async_context(running(framework, cluster.address))
+        await cluster.add_agent(VECTOR_AGENT)
+
+        def cpus_in_tasks() -> float:
+            return float(sum(t.spec.resources.get_amount("cpus") for t in cluster.master.tasks()))
+
+        # Tasks never end here, so once the 12 CPUs are in tasks nothing more fits.
+        await wait_for_condition(lambda: cpus_in_tasks() == 12, what="every CPU in a task")
+        state = await cluster.state()
+        counts = {f["name"]: f["running_tasks"] for f in state["frameworks"]}
+
+        # The exact weighted reference: DRF with whole tasks, one at a time, to
+        # the lowest weighted dominant share max_r(share_r / w_r).
+        capacity = {"cpus": 12, "mem": 36864}
+        demands = {n: {"cpus": s.cpus, "mem": s.mem} for n, s in specs.items()}
+        weights: dict[str, Weight] = {"memory": {"mem": 3}, "cpu": {"cpus": 4}}
+        expected = discrete_drf(capacity, demands, weights=weights).tasks
+        assert counts == expected == {"cpu": 3, "memory": 3}
+        # Within one task of the divisible equilibrium, x/12 = y/16: 16/5 and 12/5.
+        divisible = drf(capacity, demands, weights=weights).tasks
+        assert divisible == {"cpu": Fraction(16, 5), "memory": Fraction(12, 5)}
+        assert all(abs(counts[n] - divisible[n]) < 1 for n in counts)
+        # Unweighted DRF (or the weights on each other's resource) gives 2 and 6.
+        assert discrete_drf(capacity, demands).tasks == {"cpu": 2, "memory": 6}
+
+        # /state: the weight vectors, and weighted shares computed with them.
+        for path, vector in (("memory-heavy", {"mem": 3.0}), ("cpu-heavy", {"cpus": 4.0})):
+            assert role(state, path)["resource_weights"] == vector
+            assert role(state, path)["weight"] == 1.0
+        assert role(state, "*")["resource_weights"] is None
+        total = state["cluster"]["total"]
+        for f in state["frameworks"]:
+            vector = f["resource_weights"]
+            assert vector == role(state, f["role"])["resource_weights"]
+            expected_share = max(
+                amount / total[r] / vector.get(r, 1.0) for r, amount in f["allocated"].items()
+            )
+            assert f["weighted_dominant_share"] == pytest.approx(expected_share, rel=1e-12)
+
+        # Fair shares divide each resource by the weights for it. Steady, over
+        # `*`, cpu-heavy and memory-heavy: CPUs 1 : 4 : 1, memory 1 : 1 : 3.
+        steady = {
+            p: role(state, p)["steady_fair_share"] for p in ("*", "cpu-heavy", "memory-heavy")
+        }
+        assert steady == {
+            "*": {"cpus": 2.0, "mem": 7372.8},
+            "cpu-heavy": {"cpus": 8.0, "mem": 7372.8},
+            "memory-heavy": {"cpus": 2.0, "mem": 22118.4},
+        }
+        # Instantaneous, over the two active roles: CPUs 4 : 1, memory 1 : 3.
+        assert role(state, "cpu-heavy")["instantaneous_fair_share"] == {"cpus": 9.6, "mem": 9216.0}
+        assert role(state, "memory-heavy")["instantaneous_fair_share"] == {
+            "cpus": 2.4,
+            "mem": 27648.0,
+        }

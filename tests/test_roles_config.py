@@ -129,6 +129,22 @@ def test_weights_and_amounts() -> None:
     }
 
 
+def test_a_weight_may_be_a_table_per_resource() -> None:
+    config = parse_roles(
+        "[roles.a]\nweight = { cpus = 2, mem = 0.5 }\n"
+        "[roles.b]\nweight = 3\n"
+        "[roles.c]\nweight = {}\n"
+        "[roles.d.weight]\ngpus = 0\n"
+    )
+    # Resources the table does not name weigh 1.
+    assert config.roles["a"].weight == 1.0
+    assert config.roles["a"].resource_weights == {"cpus": 2.0, "mem": 0.5}
+    assert config.roles["b"].weight == 3.0 and config.roles["b"].resource_weights == {}
+    assert config.roles["c"].weight == 1.0 and config.roles["c"].resource_weights == {}
+    assert config.roles["d"].resource_weights == {"gpus": 0.0}
+    assert config.spec("nobody").resource_weights == {}
+
+
 def test_empty_file_is_the_default_config() -> None:
     assert parse_roles("") == RolesConfig.default()
     assert parse_roles("# nothing yet\n[roles]\n") == RolesConfig.default()
@@ -247,6 +263,17 @@ INVALID = [
         6,
         "role 'b': limit cpus",
     ),
+    # Weight vectors: each weight checked as a scalar one, with its line.
+    ("[roles.eng]\n\nweight = { cpus = -1 }\n", 3, "role 'eng': weight cpus must be a finite"),
+    ("[roles.eng]\nweight = { cpus = 2, mem = nan }\n", 2, "weight mem must be a finite"),
+    ("[roles.eng]\nweight = { cpus = inf }\n", 2, "weight cpus must be a finite number >= 0"),
+    ('[roles.eng]\nweight = { cpus = "2" }\n', 2, "weight cpus must be a finite number"),
+    ("[roles.eng]\nweight = { cpus = true }\n", 2, "weight cpus must be a finite number"),
+    ("[roles.eng]\nweight = { cpus = { x = 1 } }\n", 2, "weight cpus must be a finite number"),
+    ("[roles.eng]\nweight = { 9lives = 1 }\n", 2, "invalid resource name '9lives' in weight"),
+    ("[roles.eng]\nweight = [1, 2]\n", 2, "or a table of them per resource"),
+    ("[roles.eng]\n[roles.eng.weight]\ncpus = 1\nmem = -3\n", 4, "role 'eng': weight mem"),
+    ("roles.a.weight.cpus = 1\nroles.a.weight.gpus = -1\n", 2, "role 'a': weight gpus"),
 ]
 
 

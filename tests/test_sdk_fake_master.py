@@ -1,7 +1,9 @@
 """A scriptable stand-in for the master's Scheduler service, for the framework SDK tests.
 
 It is a real grpc.aio server on 127.0.0.1, port 0. It answers a subscription with
-SUBSCRIBED (reusing the framework id it is given), records every call it receives, sends
+SUBSCRIBED (reusing the framework id it is given), an implicit reconciliation with
+RECONCILED at once (it knows no tasks; `answer_reconciliations = False` leaves them
+unanswered, for `reconciled()` to answer), records every call it receives, sends
 whatever events a test hands it, and ends streams as a test asks: cleanly, with a gRPC
 status, or after a teardown as the real master does.
 """
@@ -34,6 +36,7 @@ class FakeMaster(scheduler_pb2_grpc.SchedulerServicer):
         self.heartbeat_interval = 0.0
         self.framework_id = "fw-1"  # given to a framework that subscribes without one
         self.streams_opened = 0
+        self.answer_reconciliations = True
         self._outbox: asyncio.Queue[Event | tuple[grpc.StatusCode, str] | None] | None = None
 
     # -- the service -------------------------------------------------------------------------
@@ -76,6 +79,8 @@ class FakeMaster(scheduler_pb2_grpc.SchedulerServicer):
             self.calls.append(call)
             if call.HasField("teardown"):
                 outbox.put_nowait(None)
+            elif self.answer_reconciliations and _implicit_reconciliation(call):
+                outbox.put_nowait(_reconciled(call.call_id))
         outbox.put_nowait(None)  # the framework half-closed: end the stream, as the master does
 
     # -- what tests use ----------------------------------------------------------------------
@@ -101,11 +106,23 @@ class FakeMaster(scheduler_pb2_grpc.SchedulerServicer):
     def send_update(self, status: TaskStatus) -> None:
         self.send(Event(update=Event.Update(status=convert.status_to_proto(status))))
 
+    def reconciled(self, call_id: str, tasks: int = 0) -> None:
+        """Confirm the implicit reconciliation `call_id`."""
+        self.send(_reconciled(call_id, tasks))
+
     def end_stream(self, code: grpc.StatusCode | None = None, details: str = "") -> None:
         """End the current stream: cleanly, or with the status `code`."""
         assert self._outbox is not None, "no framework is connected"
         self._outbox.put_nowait(None if code is None else (code, details))
         self._outbox = None
+
+
+def _implicit_reconciliation(call: scheduler_pb2.Call) -> bool:
+    return call.HasField("reconcile") and not call.reconcile.task_ids
+
+
+def _reconciled(call_id: str, tasks: int = 0) -> Event:
+    return Event(reconciled=Event.Reconciled(call_id=call_id, tasks=tasks))
 
 
 @contextlib.asynccontextmanager

@@ -33,8 +33,8 @@ FAST = ConnectionConfig(reconnect_initial=0.01, reconnect_max=0.05, stop_grace=1
 class Recorder(Framework):
     """Records every callback as (name, args...); on_update can be held on an event."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(name="recorder", connection=FAST, **kwargs)
+    def __init__(self, connection: ConnectionConfig = FAST, **kwargs: Any) -> None:
+        super().__init__(name="recorder", connection=connection, **kwargs)
         self.events: list[tuple[Any, ...]] = []
         self.hold_updates: asyncio.Event | None = None
 

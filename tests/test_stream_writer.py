@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from mesolite.stream_writer import StreamWriter
+from mesolite.stream_writer import StreamWriter, in_batches
 
 pytestmark = pytest.mark.unit
 
@@ -128,3 +128,36 @@ async def test_after_a_failed_write_the_rest_is_discarded_and_senders_never_bloc
 def test_a_writer_needs_room_for_a_message() -> None:
     with pytest.raises(ValueError):
         StreamWriter(0)
+
+
+async def test_drain_batches_takes_what_waits_up_to_the_limit() -> None:
+    writer: StreamWriter[int] = StreamWriter(100)
+    for i in range(5):
+        writer.send(i)
+    batches = writer.drain_batches(limit=3)
+    assert await anext(batches) == [0, 1, 2]
+    assert await anext(batches) == [3, 4]
+    writer.send(5)
+    writer.close()
+    assert [b async for b in batches] == [[5]]
+    with pytest.raises(ValueError):
+        await anext(writer.drain_batches(limit=0))
+
+
+@dataclass(frozen=True)
+class Sized:
+    name: str
+    size: int = 10
+
+    def ByteSize(self) -> int:
+        return self.size
+
+
+def test_in_batches_wraps_runs_within_the_size_and_leaves_alone_what_must_be() -> None:
+    def wrap(run: list[Sized]) -> Sized:
+        return Sized("+".join(m.name for m in run), sum(m.size for m in run))
+
+    messages = [Sized("first"), Sized("a"), Sized("b"), Sized("big", 50), Sized("c"), Sized("d")]
+    out = in_batches(messages, wrap, alone=lambda m: m.name == "first", limit_bytes=40)
+    assert [m.name for m in out] == ["first", "a+b", "big", "c+d"]
+    assert [m.name for m in in_batches([Sized("x")], wrap)] == ["x"]

@@ -25,6 +25,7 @@ import aiohttp
 import grpc
 import grpc.aio
 import pytest
+from aiohttp import web
 
 from mesolite import certs, grpc_utils
 from mesolite.agent import Agent, AgentConfig
@@ -438,3 +439,35 @@ async def test_another_principal_cannot_take_over_a_framework_on_the_wire(
                 await channel.close()
         assert cluster.master.frameworks[fw.framework_id].connected
         assert cluster.master.frameworks[fw.framework_id].principal == "framework"
+
+
+async def test_the_cli_trusts_only_the_masters_certificate_not_an_agents(
+    tmp_path: Path, cluster_certs: Path
+) -> None:
+    """An agent's certificate is good for its host's addresses (its sandbox server), so
+    one on the master's machine could answer the CLI at the master's address. The CLI
+    checks for the name only the master's certificate holds (`mesolite-master`)."""
+    async def fake_state(request: web.Request) -> web.Response:
+        return web.json_response({"cluster": {"forged": True}})
+
+    app = web.Application()
+    app.router.add_get("/state", fake_state)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    agent_tls = TlsConfig.from_dir(cluster_certs / "agent")
+    site = web.TCPSite(
+        runner, "127.0.0.1", 0, ssl_context=agent_tls.server_context(require_client_cert=False)
+    )
+    await site.start()
+    try:
+        address = f"127.0.0.1:{site.port}"
+        admin = TlsConfig.from_dir(cluster_certs / "admin")
+        # The agent's certificate does hold this address: only the name check refuses it.
+        assert await http_status(f"https://{address}/state", admin.client_context()) == 200
+        code, out, err = await mesolite(
+            "state", "--master", address, "--json", "--tls-dir", str(cluster_certs / "admin")
+        )
+        assert code == 1 and "forged" not in out, (out, err)
+        assert "certificate" in err.lower(), err
+    finally:
+        await runner.cleanup()

@@ -21,6 +21,7 @@ import pytest
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import LocalCluster
 from tests.recording import RecordingFramework, running
+from tests.waiting import wait_for_condition
 
 try:
     from selenium import webdriver
@@ -167,6 +168,27 @@ async def test_page_follows_the_cluster_live_and_shows_task_output(
             await until(
                 browser, lambda d: "a warning" in _text(d, "log-output"), "ui-task's stderr"
             )
+            # Agents by host name and id; frameworks that ended, and why.
+            agent_id = cluster.agents[0].agent_id
+            row = '#tasks tr[data-task-id="ui-task"]'
+            assert agent_id and agent_id in browser.find_element(By.CSS_SELECTOR, row).text
+            done = RecordingFramework("ui-done")
+            done_run = asyncio.create_task(done.run(cluster.address))
+            try:
+                await wait_for_condition(lambda: done.connected, what="ui-done to subscribe")
+                assert done.framework_id is not None
+                cluster.master.operator_teardown(done.framework_id, "admin")
+                await until(
+                    browser,
+                    lambda d: (
+                        "torn down by operator 'admin'" in _text(d, "completed")
+                        and "ui-done" in _text(d, "completed")
+                    ),
+                    "the torn-down framework among the completed ones",
+                )
+            finally:
+                await done.stop()
+                await asyncio.gather(done_run, return_exceptions=True)  # it was torn down
             errors = await asyncio.to_thread(browser.get_log, "browser")
             severe: list[dict[str, Any]] = [e for e in errors if e.get("level") == "SEVERE"]
             assert severe == [], severe

@@ -10,12 +10,15 @@ system:
 - `asset`: the sum of the fractions of every resource (asset fairness).
 - `slots`: the number of fixed-size slots the holding occupies (Hadoop-style
   slot fair sharing).
+
+A weight may also be a vector, one weight per resource (`weighted_share`; see
+`base` for how each policy divides by it).
 """
 
 from __future__ import annotations
 
 from mesolite.master.policies.asset import AssetPolicy
-from mesolite.master.policies.base import SharePolicy
+from mesolite.master.policies.base import SharePolicy, weighted_share
 from mesolite.master.policies.drf import DRFPolicy
 from mesolite.master.policies.slots import SlotsPolicy
 
@@ -32,4 +35,12 @@ def make_policy(name: str) -> SharePolicy:
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
 
 
-__all__ = ["POLICIES", "AssetPolicy", "DRFPolicy", "SharePolicy", "SlotsPolicy", "make_policy"]
+__all__ = [
+    "POLICIES",
+    "AssetPolicy",
+    "DRFPolicy",
+    "SharePolicy",
+    "SlotsPolicy",
+    "make_policy",
+    "weighted_share",
+]

@@ -10,7 +10,9 @@ task that needs 1 CPU and 10 GB thus counts as 5 slots, and one that needs
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
+from mesolite.master.policies.base import divided
 from mesolite.resources import Resources
 
 DEFAULT_SLOT = Resources(cpus=1, mem=2048)
@@ -28,8 +30,35 @@ class SlotsPolicy:
         units, size = resources._units, self.slot._units
         return max((math.ceil(units.get(name, 0) / s) for name, s in size.items()), default=0)
 
+    def capacity(self, total: Resources) -> int:
+        """How many whole slots the cluster holds."""
+        return min(total._units.get(name, 0) // s for name, s in self.slot._units.items())
+
     def share(self, allocation: Resources, total: Resources) -> float:
-        capacity = min(total._units.get(name, 0) // s for name, s in self.slot._units.items())
+        capacity = self.capacity(total)
         if capacity <= 0:
             return 0.0
         return self.slots(allocation) / capacity
+
+    def vector_weighted_share(
+        self,
+        allocation: Resources,
+        total: Resources,
+        weight: float,
+        resource_weights: Mapping[str, float],
+    ) -> float:
+        """The largest over r of (slots resource r needs) / w_r, over the cluster's slots.
+
+        With one weight for every resource this is `share` divided by it, as the
+        slot count is the largest of the per-resource counts.
+        """
+        capacity = self.capacity(total)
+        if capacity <= 0:
+            return 0.0
+        units, size = allocation._units, self.slot._units
+        best = 0.0
+        for name, s in size.items():
+            needed = math.ceil(units.get(name, 0) / s)
+            if needed:
+                best = max(best, divided(needed / capacity, resource_weights.get(name, weight)))
+        return best

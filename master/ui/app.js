@@ -35,6 +35,13 @@
     return String(Math.round(x * 100) / 100);
   }
 
+  // A weight: one number, or a weight vector (one per resource it names; others weigh `weight`).
+  function fmtWeight(weight, resourceWeights) {
+    const named = Object.entries(resourceWeights || {}).sort(([a], [b]) => a.localeCompare(b));
+    if (!named.length) return trim(weight);
+    return named.map(([n, w]) => `${n} ${trim(w)}`).join(' · ') + ` · others ${trim(weight)}`;
+  }
+
   function fmtAmount(name, value) {
     return name === 'mem' || name === 'disk' ? fmtMB(value) : trim(value);
   }
@@ -226,8 +233,8 @@
     $('frameworks-count').textContent = list.length ? `${list.length}` : '';
     fillTable('frameworks', list.map((f) => {
       const color = colorOf(f.id, f.name);
-      const shown = [f.id, f.name, f.role, f.weight, f.allocated, f.dominant_share,
-        f.running_tasks, f.completed_tasks, f.connected, f.suppressed, color];
+      const shown = [f.id, f.name, f.role, f.weight, f.resource_weights, f.user, f.allocated,
+        f.dominant_share, f.running_tasks, f.completed_tasks, f.connected, f.suppressed, color];
       return row(shown, () => {
         const swatch = el('span', { class: 'swatch' });
         swatch.style.background = color;
@@ -235,7 +242,8 @@
         if (f.connected && f.suppressed) status = badge('suppressed', 'info');
         return el('tr', { data: { frameworkId: f.id } },
           el('td', {}, el('div', { class: 'with-swatch' }, swatch, idLine(f.name, f.id, status))),
-          el('td', {}, idLine(f.role, `weight ${trim(f.weight)}`)),
+          el('td', {}, idLine(f.role, `weight ${fmtWeight(f.weight, f.resource_weights)}`
+            + (f.user ? ` · tasks run as ${f.user}` : ''))),
           el('td', { class: 'res' }, fmtRes(f.allocated)),
           el('td', {}, meter(f.dominant_share, pct(f.dominant_share), null, color)),
           el('td', { class: 'num' }, idLine(`${f.running_tasks}`, `${f.completed_tasks} ended`)));
@@ -279,7 +287,8 @@
         const title = `${a.id}; tasks contained by ${a.isolation || 'unknown'}` +
           (a.task_user ? `, run as ${a.task_user}` : '');
         return el('tr', { data: { agentId: a.id } },
-          el('td', { title }, idLine(a.hostname, a.address || 'no sandbox address', status)),
+          el('td', { title }, idLine(a.hostname, `${a.id} · ${a.address || 'no sandbox address'}`,
+            status)),
           el('td', {}, agentMeter(a, 'cpus')),
           el('td', {}, agentMeter(a, 'mem')),
           el('td', { class: 'res' }, fmtRes(a.free)),
@@ -300,7 +309,7 @@
         `steady fair share ${pct(steady)} (dominant shares of the cluster)`;
       return el('tr', { data: { role: r.path }, class: r.active ? '' : 'idle' },
         el('td', { title: r.path }, name),
-        el('td', { class: 'num' }, trim(r.weight)),
+        el('td', { class: 'num' }, fmtWeight(r.weight, r.resource_weights)),
         el('td', { class: 'num' }, `${r.frameworks}`),
         el('td', { class: 'res' }, fmtRes(r.allocated)),
         el('td', { class: 'res' }, fmtRes(r.steady_fair_share)),
@@ -317,9 +326,15 @@
   }
 
   function names() {
-    const fw = new Map(state.frameworks.map((f) => [f.id, f.name]));
+    const done = state.completed_frameworks || [];
+    const fw = new Map([...done, ...state.frameworks].map((f) => [f.id, f.name]));
     const ag = new Map(state.agents.map((a) => [a.id, a.hostname]));
-    return { fw: (id) => fw.get(id) || id, ag: (id) => ag.get(id) || id };
+    return { fw: (id) => fw.get(id) || id, host: (id) => ag.get(id) || '' };
+  }
+
+  // An agent by host name and id: two agents on one machine share the host name.
+  function agentCell(hostname, agentId) {
+    return hostname ? idLine(hostname, agentId) : idLine(agentId || '—');
   }
 
   function taskName(t) {
@@ -332,13 +347,13 @@
     $('tasks-count').textContent = state.tasks.length ? `${state.tasks.length}` : '';
     const rows = list.map((t) => {
       const framework = n.fw(t.framework_id);
-      const agent = n.ag(t.agent_id);
-      return row([t, framework, agent], () => el('tr', {
+      const host = n.host(t.agent_id);
+      return row([t, framework, host], () => el('tr', {
         data: { taskId: t.id, state: shortState(t.state) },
       },
       el('td', {}, idLine(t.id, taskName(t))),
       el('td', {}, framework),
-      el('td', {}, agent),
+      el('td', {}, agentCell(host, t.agent_id)),
       el('td', { class: 'task-state' }, stateBadge(t.state)),
       el('td', { class: 'res' }, fmtRes(t.resources)),
       el('td', { class: 'res usage' }, taskUsage(t)),
@@ -357,8 +372,8 @@
     const list = state.completed_tasks || [];
     fillTable('ended', list.map((t) => {
       const framework = n.fw(t.framework_id);
-      const agent = n.ag(t.agent_id);
-      return row([t, framework, agent], () => {
+      const host = n.host(t.agent_id);
+      return row([t, framework, host], () => {
         let how = t.message || '';
         if (t.exit_code !== null && t.exit_code !== undefined && !how.includes('status')) {
           how = `${how ? `${how}, ` : ''}exit ${t.exit_code}`;
@@ -366,9 +381,10 @@
         return el('tr', { data: { taskId: t.id, state: shortState(t.state) } },
           el('td', {}, idLine(t.id, taskName(t))),
           el('td', {}, framework),
-          el('td', {}, agent),
+          el('td', {}, agentCell(host, t.agent_id)),
           el('td', { class: 'task-state' }, stateBadge(t.state)),
-          el('td', { class: 'message', title: t.reason || '' }, how || '—'),
+          el('td', { class: 'message', title: t.reason || '' },
+            idLine(how || '—', t.reason || '')),
           el('td', {}, fmtClock(t.ended_at)),
           el('td', {}, logButtons(t)));
       });
@@ -413,6 +429,21 @@
     })), 'No services: submit one with mesolite run FILE.');
   }
 
+  function renderCompleted() {
+    const list = state.completed_frameworks || [];
+    $('completed-count').textContent = list.length ? `${list.length}` : '';
+    fillTable('completed', list.map((f) => row([f], () => {
+      const counts = Object.entries(f.tasks_by_state || {}).sort((a, b) => b[1] - a[1]);
+      const tasks = counts.map(([s, k]) => `${k} ${shortState(s).toLowerCase()}`).join(', ');
+      return el('tr', { data: { frameworkId: f.id } },
+        el('td', {}, idLine(f.name, f.id)),
+        el('td', {}, f.role),
+        el('td', {}, fmtClock(f.ended_at)),
+        el('td', {}, tasks || '—'),
+        el('td', { class: 'message' }, f.reason || '—'));
+    })), 'No framework has ended yet.');
+  }
+
   function render() {
     renderHeader();
     renderSummary();
@@ -423,6 +454,7 @@
     renderRoles();
     renderTasks();
     renderEnded();
+    renderCompleted();
   }
 
   // History and charts ---------------------------------------------------------
@@ -630,9 +662,10 @@
     viewer.task = task;
     viewer.file = file;
     viewer.shown = null;
-    const n = state ? names() : { ag: (id) => id };
+    const host = state ? names().host(task.agentId) : '';
+    const on = host ? `${host} (${task.agentId})` : task.agentId;
     $('log-title').replaceChildren(el('strong', {}, task.taskId),
-      el('span', { class: 'sub' }, ` on ${n.ag(task.agentId)}`));
+      el('span', { class: 'sub' }, ` on ${on}`));
     for (const tab of document.querySelectorAll('#log-viewer .tab')) {
       tab.classList.toggle('active', tab.dataset.file === file);
     }

@@ -1,10 +1,13 @@
-"""The `mesolite` command: run a master or an agent, a local demo, or look at a master
+"""The `mesolite` command: run a master or an agent, a local demo, look at a master
 (`mesolite state|agents|frameworks|roles|tasks|jobs|services`, rendered by
-mesolite/views.py), or run a job or a service on one (`mesolite run FILE`).
+mesolite/views.py), act on it (`mesolite teardown|kill`), or run a job or a service on
+one (`mesolite run FILE`).
 
     _args.py    the subcommands and their options
     _main.py    `main`, and running a master, an agent, the demo, an experiment
     _views.py   the view commands: fetch /state, print a view, --watch
+    _operator.py  `mesolite teardown|kill`: the master's operator API
+    _master_http.py  the HTTP requests both make, and their errors
     _certs.py   `mesolite certs init|issue|token`: a cluster's certificates
     _workloads.py  `mesolite run FILE`, `mesolite stop NAME`: the built-in jobs and services
 """

@@ -1,15 +1,20 @@
 """The `mesolite` command line: its subcommands, their options, and the parsing of
-option values. Defaults come from the processes' config objects, never restated here."""
+option values. Defaults come from the processes' config objects, never restated here;
+`--help` shows each one (`_HelpFormatter`, inherited by every subcommand's parser)."""
 
 from __future__ import annotations
 
 import argparse
+import copy
 from pathlib import Path
+from typing import Any
 
 from mesolite import tls_options
+from mesolite.agent.gc_policy import GcConfig
 from mesolite.agent.isolation import MODES as ISOLATION_MODES
 from mesolite.agent.isolation import IsolationConfig
 from mesolite.cli import _workloads
+from mesolite.cli._paper import add_paper_commands
 from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
 from mesolite.master.config import MasterConfig
@@ -19,11 +24,50 @@ from mesolite.views import VIEWS
 
 MASTER = MasterConfig()
 ISOLATION = IsolationConfig()
+GC = GcConfig()
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, "(default: X)", unless there is none to
+    show (None, False, an empty value) or its help already speaks of it."""
+
+    def _format_action(self, action: argparse.Action) -> str:
+        if not action.help and _shows_default(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        return super()._format_action(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "default" in text or not _shows_default(action):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    default = action.default
+    if default is None or default is argparse.SUPPRESS or isinstance(default, bool):
+        return False
+    if isinstance(default, str | tuple | list | dict) and not default:
+        return False
+    return bool(action.option_strings) or action.nargs in (argparse.OPTIONAL, "*")
+
+
+class _Parser(argparse.ArgumentParser):
+    """Every `mesolite` parser: subcommands' parsers are made of the same class, so
+    they show their defaults too."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+
 _DESCRIPTION = (
     "The `mesolite` command: run a master or an agent, a local demo, or look at a master\n"
     "(`mesolite state|agents|frameworks|roles|tasks|jobs|services`, rendered by\n"
-    "mesolite/views.py); run jobs and services (`mesolite run FILE`); make a cluster's\n"
-    "certificates (`mesolite certs init DIR`)."
+    "mesolite/views.py); act on it as an operator (`mesolite teardown FRAMEWORK_ID`,\n"
+    "`mesolite kill FRAMEWORK_ID TASK_ID`); run jobs and services (`mesolite run FILE`);\n"
+    "make a cluster's certificates (`mesolite certs init DIR`)."
 )
 
 
@@ -74,6 +118,85 @@ def _add_isolation_options(a: argparse.ArgumentParser) -> None:
         default=ISOLATION.pass_env,
         metavar="NAME,...",
         help="the agent's environment variables tasks get besides PATH, LANG, LC_*, TZ",
+    )
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+def _duration(text: str) -> float:
+    """Seconds, or a number with a unit: 30s, 10m, 12h, 2d, 1w."""
+    text = text.strip()
+    unit = _UNITS.get(text[-1:].lower()) if text else None
+    number = text[:-1] if unit else text
+    try:
+        value = float(number) * (unit or 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected seconds or a duration like 30s, 10m, 12h, 2d, 1w; got {text!r}"
+        ) from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
+def _duration_text(seconds: float) -> str:
+    for unit, size in sorted(_UNITS.items(), key=lambda u: -u[1]):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be a fraction above 0, at most 1; got {text!r}")
+    return value
+
+
+def _add_gc_options(a: argparse.ArgumentParser) -> None:
+    """When the agent removes ended tasks' sandboxes (agent/gc_policy.py)."""
+    g = a.add_argument_group(
+        "sandbox garbage collection",
+        "An ended task's sandbox (and the agent's records of it) is removed once older "
+        "than --gc-delay scaled by the free disk: --gc-delay x (W - used) / W of the work "
+        "dir's filesystem, with W the --disk-watermark-gc (as Mesos' --gc_delay and "
+        "--gc_disk_headroom = 1 - W). A running task's, or one whose end is not yet "
+        "acknowledged, is never removed.",
+    )
+    g.add_argument(
+        "--gc-delay",
+        type=_duration,
+        default=_duration_text(GC.delay),
+        metavar="DURATION",
+        help="how long an ended task's sandbox is kept on an empty disk (30s, 10m, 12h, 2d, 1w)",
+    )
+    g.add_argument(
+        "--disk-watermark-gc",
+        type=_fraction,
+        default=GC.disk_watermark,
+        metavar="FRACTION",
+        help="the used fraction of the work dir's filesystem at which every ended task's "
+        "sandbox is removed; below it the allowed age shrinks as the disk fills",
+    )
+    g.add_argument(
+        "--disk-watch-interval",
+        type=_duration,
+        default=_duration_text(GC.interval),
+        metavar="DURATION",
+        help="how often the disk is checked (a sandbox that comes due is removed on time)",
+    )
+
+
+def gc_config(args: argparse.Namespace) -> GcConfig:
+    """The agent's `GcConfig` from its garbage collection options."""
+    return GcConfig(
+        delay=args.gc_delay,
+        disk_watermark=args.disk_watermark_gc,
+        interval=max(args.disk_watch_interval, 0.1),
     )
 
 
@@ -143,6 +266,16 @@ def _positive(text: str) -> float:
     return value
 
 
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text!r}")
+    return value
+
+
 def _parse_hosts(text: str) -> tuple[str, ...]:
     hosts = tuple(h.strip() for h in text.split(",") if h.strip())
     bad = [h for h in hosts if h != "*" and normal_host(h) is None]
@@ -152,7 +285,7 @@ def _parse_hosts(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mesolite", description=_DESCRIPTION)
+    parser = _Parser(prog="mesolite", description=_DESCRIPTION)
     parser.add_argument("--log-json", action="store_true", help="log one JSON object per line")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -163,17 +296,39 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument(
         "--http-port", type=int, default=5051, help="HTTP port for /state and the web UI"
     )
-    m.add_argument("--work-dir", type=Path, default=Path("work-dirs/master"))
     m.add_argument(
-        "--allocation-interval", type=_positive, default=MASTER.allocation_interval, metavar="S"
+        "--work-dir",
+        type=Path,
+        default=Path("work-dirs/master"),
+        help="where the registry (registry.sqlite) is kept across restarts",
     )
-    m.add_argument("--offer-timeout", type=_positive, default=MASTER.offer_timeout, metavar="S")
+    m.add_argument(
+        "--allocation-interval",
+        type=_positive,
+        default=MASTER.allocation_interval,
+        metavar="S",
+        help="seconds between allocation cycles (also run at once when resources are freed)",
+    )
+    m.add_argument(
+        "--offer-timeout",
+        type=_positive,
+        default=MASTER.offer_timeout,
+        metavar="S",
+        help="rescind an offer not answered within this",
+    )
     m.add_argument(
         "--agent-timeout",
         type=_positive,
         default=MASTER.agent_timeout,
         metavar="S",
-        help="remove an agent silent for this long",
+        help="remove an agent silent for this long (Mesos: 5 missed pings)",
+    )
+    m.add_argument(
+        "--agent-heartbeat-interval",
+        type=_positive,
+        default=MASTER.agent_heartbeat_interval,
+        metavar="S",
+        help="how often agents heartbeat (the master tells them when they register)",
     )
     m.add_argument(
         "--weights",
@@ -234,6 +389,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="event streams one client (principal, else IP address) may hold (then 429)",
     )
     m.add_argument(
+        "--max-completed-frameworks",
+        type=_count,
+        default=MASTER.max_completed_frameworks,
+        metavar="N",
+        help="frameworks that ended kept in /state, the CLI and the web UI, with their "
+        "ended tasks (in memory: a restarted master starts with none)",
+    )
+    m.add_argument(
+        "--max-completed-tasks-per-framework",
+        type=_count,
+        default=MASTER.max_completed_tasks_per_framework,
+        metavar="N",
+        help="ended tasks kept per framework, live or completed (exit codes, reasons, end times)",
+    )
+    m.add_argument(
         "--policy",
         choices=POLICIES,
         default=MASTER.policy,
@@ -271,6 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
         "localhost and this machine's name; '*' for any",
     )
     _add_isolation_options(a)
+    _add_gc_options(a)
     tls_options.add_client_options(a)
     a.add_argument(
         "--master-principal",
@@ -320,6 +491,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     _add_certs(sub)
 
+    bench = sub.add_parser(
+        "bench",
+        help="load a master with simulated agents and frameworks (mesolite bench --help)",
+        add_help=False,  # its own parser, mesolite/lab/bench, reads everything after it
+    )
+    bench.add_argument("bench_args", nargs=argparse.REMAINDER)
+
     x = sub.add_parser("experiment", help="reproduce an experiment of the DRF paper")
     xs = x.add_subparsers(dest="experiment", required=True)
     e = xs.add_parser(
@@ -354,16 +532,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a job keeps an offer too small for a task (default 2; 0: decline)",
     )
     e.add_argument("--seed", type=int, default=1)
+    add_paper_commands(xs)
 
     for name, view in VIEWS.items():
         s = sub.add_parser(name, help=view.help)
-        s.add_argument(
-            "--master",
-            default="127.0.0.1:5051",
-            metavar="HOST:HTTP_PORT",
-            help="the master's HTTP address (its --http-port)",
-        )
+        _add_master_address(s)
         s.add_argument("--json", action="store_true", help=f"print the raw JSON of {view.json}")
+        if view.history is not None:
+            s.add_argument(
+                "--all",
+                action="store_true",
+                help=f"also those that ended, as the master keeps them ({view.history_part})",
+            )
         s.add_argument(
             "--watch",
             nargs="?",
@@ -373,8 +553,45 @@ def build_parser() -> argparse.ArgumentParser:
             help="show it again every SECONDS (default 2) until Ctrl-C",
         )
         tls_options.add_client_options(s)
+    _add_operator_commands(sub)
     _workloads.add_parsers(sub)
     return parser
+
+
+def _add_master_address(s: argparse.ArgumentParser) -> None:
+    s.add_argument(
+        "--master",
+        default="127.0.0.1:5051",
+        metavar="HOST:HTTP_PORT",
+        help="the master's HTTP address (its --http-port)",
+    )
+
+
+def _add_operator_commands(sub: argparse._SubParsersAction[Any]) -> None:
+    """`mesolite teardown|kill`: the master's operator API (master/operator_api.py),
+    allowed by the ACLs' teardown_frameworks and kill_tasks."""
+    t = sub.add_parser(
+        "teardown",
+        help="tear a framework down: its tasks killed, then it is removed (kept in the "
+        "history: mesolite frameworks --all)",
+        description="Tear a framework down, as if it had asked: its offers are taken "
+        "back, its tasks killed, and it is removed once they have ended. Needs the ACLs' "
+        "teardown_frameworks for the framework's principal.",
+    )
+    t.add_argument("framework_id", metavar="FRAMEWORK_ID")
+    k = sub.add_parser(
+        "kill",
+        help="kill one task of a framework (the framework hears TASK_KILLED)",
+        description="Kill one task, as if its framework had asked: its agent kills it and "
+        "the framework is told how it ended. Needs the ACLs' kill_tasks for the "
+        "framework's principal.",
+    )
+    k.add_argument("framework_id", metavar="FRAMEWORK_ID")
+    k.add_argument("task_id", metavar="TASK_ID")
+    for s in (t, k):
+        _add_master_address(s)
+        s.add_argument("--json", action="store_true", help="print the master's JSON answer")
+        tls_options.add_client_options(s)
 
 
 def _add_master_security(m: argparse.ArgumentParser) -> None:
@@ -408,7 +625,7 @@ def _add_master_security(m: argparse.ArgumentParser) -> None:
     )
 
 
-def _add_certs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_certs(sub: argparse._SubParsersAction[Any]) -> None:
     c = sub.add_parser("certs", help="make a CA and certificates for a cluster")
     cs = c.add_subparsers(dest="certs", required=True)
     ci = cs.add_parser(

@@ -1,19 +1,24 @@
 """`mesolite master|agent|demo|experiment`: run one, until Ctrl-C or SIGTERM; the view
-commands are `mesolite/cli/_views.py`'s, `mesolite certs` is `mesolite/cli/_certs.py`'s."""
+commands are `mesolite/cli/_views.py`'s, `mesolite teardown|kill`
+`mesolite/cli/_operator.py`'s, `mesolite certs` is `mesolite/cli/_certs.py`'s."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mesolite import logs, tls_options
-from mesolite.cli._args import build_parser, isolation_config
+from mesolite import http_serving, logs, tls_options
+from mesolite.cli._args import build_parser, gc_config, isolation_config
 from mesolite.cli._certs import run_certs
+from mesolite.cli._operator import run_operator
+from mesolite.cli._paper import COMMANDS as PAPER_COMMANDS
+from mesolite.cli._paper import run_paper_command
 from mesolite.cli._views import show
 from mesolite.cli._workloads import run_workload, stop_workload, workload_runner
 from mesolite.errors import MesoliteError
@@ -24,11 +29,39 @@ from mesolite.views import VIEWS
 if TYPE_CHECKING:
     from mesolite.master.server import MasterServer
 
+    http_serving.raise_descriptor_limit()  # HTTP connection caps are fitted to it
+
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The `mesolite` command. Ends quietly, as command-line tools do: on Ctrl-C with
+    130 (128 + SIGINT), when its reader goes away (`mesolite tasks --json | head -1`)
+    with 141 (128 + SIGPIPE), never with a traceback."""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, so a closed pipe is caught below, not at exit
+        return code
+    except KeyboardInterrupt:
+        print(file=sys.stderr)  # the ^C the terminal echoed ends its line
+        return 130
+    except BrokenPipeError:
+        # Nothing more can be written; Python would complain at exit while flushing.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return 141
+
+
+def _main(argv: Sequence[str] | None) -> int:
+    raw = list(sys.argv[1:] if argv is None else argv)
+    if raw[:1] == ["bench"]:  # its own parser reads the rest (--help too)
+        from mesolite.lab.bench import main as bench
+
+        return bench(raw[1:])
     args = build_parser().parse_args(argv)
     if args.command in VIEWS:
         return show(args)
+    if args.command in ("teardown", "kill"):
+        return run_operator(args)
     if args.command == "certs":
         return run_certs(args)
     if args.command in ("run", "stop"):
@@ -41,10 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "demo": _run_demo,
         "experiment": _run_experiment,
     }
-    try:
-        return asyncio.run(runners[args.command](args))
-    except KeyboardInterrupt:
-        return 130
+    return asyncio.run(runners[args.command](args))
 
 
 async def _until_signalled() -> None:
@@ -57,6 +87,7 @@ async def _until_signalled() -> None:
 
 async def _run_master(args: argparse.Namespace) -> int:
     from mesolite.master.acl import AclError
+    from mesolite.master.config import heartbeat_problem
     from mesolite.master.master import MasterConfig
     from mesolite.master.registry import RegistryError
     from mesolite.master.role_config import RolesConfigError
@@ -67,16 +98,22 @@ async def _run_master(args: argparse.Namespace) -> int:
     except TlsError as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         return 2
+    if problem := heartbeat_problem(args.agent_heartbeat_interval, args.agent_timeout):
+        print(f"mesolite master: {problem}", file=sys.stderr)
+        return 2
     args.work_dir.mkdir(parents=True, exist_ok=True)
     config = MasterConfig(
         allocation_interval=args.allocation_interval,
         offer_timeout=args.offer_timeout,
         agent_timeout=args.agent_timeout,
+        agent_heartbeat_interval=args.agent_heartbeat_interval,
         weights=args.weights,
         roles_file=args.roles,
         acls_file=args.acls,
         policy=args.policy,
         work_dir=args.work_dir,
+        max_completed_frameworks=args.max_completed_frameworks,
+        max_completed_tasks_per_framework=args.max_completed_tasks_per_framework,
         check_invariants=args.check_invariants,
         agent_reregister_timeout=args.agent_reregister_timeout,
         http_allowed_hosts=args.http_allowed_hosts,
@@ -182,6 +219,8 @@ async def _run_agent(args: argparse.Namespace) -> int:
     from mesolite.agent.resources import detect_resources
     from mesolite.agent.sandbox_http import SandboxServer, host_towards
 
+    http_serving.raise_descriptor_limit()
+
     try:
         auth = tls_options.client_auth(args)
     except TlsError as e:
@@ -230,6 +269,7 @@ async def _run_agent(args: argparse.Namespace) -> int:
                 address=sandboxes.address if sandboxes else "",
                 attributes=args.attributes,
                 isolation=isolation_config(args),
+                gc=gc_config(args),
                 tls=auth.tls,
                 token=auth.token,
                 **({"hostname": args.hostname} if args.hostname else {}),
@@ -264,6 +304,8 @@ async def _run_demo(args: argparse.Namespace) -> int:
 
 
 async def _run_experiment(args: argparse.Namespace) -> int:
+    if args.experiment in PAPER_COMMANDS:
+        return await asyncio.to_thread(run_paper_command, args)
     try:
         import matplotlib  # noqa: F401
     except ImportError:

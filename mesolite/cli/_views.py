@@ -7,11 +7,8 @@ import argparse
 import json
 import os
 import signal
-import ssl
 import sys
 import time
-import urllib.error
-import urllib.request
 
 from rich.console import Console, Group, RenderableType
 from rich.live import Live
@@ -19,7 +16,13 @@ from rich.spinner import Spinner
 from rich.text import Text
 
 from mesolite import tls_options
-from mesolite.errors import MesoliteError
+from mesolite.cli._master_http import (
+    NOT_A_MASTER,
+    MasterRefused,
+    MasterUnreachable,
+    base_url,
+    request_json,
+)
 from mesolite.snapshot import ClusterSnapshot, DocumentError
 from mesolite.tls import TlsError
 from mesolite.tls_options import PLAINTEXT, ClientAuth
@@ -29,44 +32,19 @@ from mesolite.views import VIEWS, View
 _WIDE_OUTPUT = 250
 
 
-class MasterUnreachable(MesoliteError):
-    """The master's `GET /state` could not be read; the message says why and what to do."""
-
-
-def _fetch_state(address: str, auth: ClientAuth = PLAINTEXT) -> ClusterSnapshot:
-    scheme = "https" if auth.tls else "http"
-    url = address if address.startswith(("http://", "https://")) else f"{scheme}://{address}"
-    not_a_master = "is that a mesolite master's HTTP address (its --http-port)?"
-    context: ssl.SSLContext | None = None
-    request = urllib.request.Request(f"{url}/state")
-    if auth.tls is not None:
-        context = auth.tls.client_context()
-    if auth.token is not None:
-        request.add_header("Authorization", f"Bearer {auth.token}")
+def _fetch_state(
+    address: str, auth: ClientAuth = PLAINTEXT, *, history: bool = True
+) -> ClusterSnapshot:
+    """The master's state; without `history`, no ended task (the master sends less)."""
+    url = base_url(address, auth)
     try:
-        with urllib.request.urlopen(request, timeout=10, context=context) as response:
-            data = json.load(response)
-    except urllib.error.HTTPError as e:
-        if e.code == 401:
-            raise MasterUnreachable(
-                f"{url}/state answered 401: the master wants a principal. Give --tls-dir "
-                "(a bundle from `mesolite certs init`), or a token with --token-file"
-            ) from None
-        raise MasterUnreachable(
-            f"{url}/state answered {e.code} {e.reason}: {not_a_master}"
-        ) from None
-    except (urllib.error.URLError, OSError) as e:
-        reason = e.reason if isinstance(e, urllib.error.URLError) else e
-        tls_hint = "" if auth.tls else " If it uses TLS, give --tls-dir (or MESOLITE_TLS_DIR)."
-        raise MasterUnreachable(
-            f"cannot reach the master at {address}: {reason}. Is it running? "
-            "Start one with `mesolite master`, or give its address with --master HOST:HTTP_PORT."
-            + tls_hint
-        ) from None
-    except ValueError:  # not JSON, or not UTF-8
-        raise MasterUnreachable(f"{url}/state did not answer JSON: {not_a_master}") from None
+        data = request_json(address, "/state" if history else "/state?completed_tasks=0", auth)
+    except MasterRefused as e:
+        if e.status in (401, 403):
+            raise MasterUnreachable(str(e)) from None
+        raise MasterUnreachable(f"{url}/state answered {e.status}: {NOT_A_MASTER}") from None
     if not isinstance(data, dict) or "cluster" not in data:
-        raise MasterUnreachable(f"{url}/state is not a master's state: {not_a_master}")
+        raise MasterUnreachable(f"{url}/state is not a master's state: {NOT_A_MASTER}")
     try:
         return ClusterSnapshot.from_json(data)
     except DocumentError as e:
@@ -89,18 +67,21 @@ def show(args: argparse.Namespace) -> int:
     except TlsError as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 2
+    history = getattr(args, "all", False)
+    # The ended tasks only when shown: with the history, or in all of /state's JSON.
+    args.full_state = history or (args.json and view.part is None)
     if args.watch is not None:
         return _watch(view, args)
     try:
         with Console(stderr=True).status(f"reading the state of {args.master}"):
-            state = _fetch_state(args.master, args.auth)
+            state = _fetch_state(args.master, args.auth, history=args.full_state)
     except MasterUnreachable as e:
         print(f"mesolite {args.command}: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(view.json_of(state), indent=2))
+        print(json.dumps(view.json_of(state, history), indent=2))
     else:
-        _print(_console(), view.render(state))
+        _print(_console(), view.render_all(state, history))
     return 0
 
 
@@ -117,6 +98,7 @@ def _watch(view: View, args: argparse.Namespace) -> int:
     """Show the view again every `--watch` seconds until Ctrl-C: live on a terminal,
     one snapshot after another when piped, and one JSON document a line with --json."""
     console, every = _console(), args.watch
+    history = getattr(args, "all", False)
     # Started in the background by a shell, we may inherit SIGINT ignored; Ctrl-C
     # (and SIGTERM) must still stop the watch.
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -124,18 +106,18 @@ def _watch(view: View, args: argparse.Namespace) -> int:
 
     def frame() -> RenderableType:
         try:
-            state = _fetch_state(args.master, args.auth)
+            state = _fetch_state(args.master, args.auth, history=args.full_state)
         except MasterUnreachable as e:
             return Text(f"{e}\ntrying again every {every:g}s; Ctrl-C to stop", style="red")
         footer = f"\n{time.strftime('%H:%M:%S')}  {args.master}, every {every:g}s; Ctrl-C to stop"
-        return Group(view.render(state), Text(footer, style="dim"))
+        return Group(view.render_all(state, history), Text(footer, style="dim"))
 
     try:
         if args.json:
             while True:
                 try:
-                    state = _fetch_state(args.master, args.auth)
-                    print(json.dumps(view.json_of(state)), flush=True)
+                    state = _fetch_state(args.master, args.auth, history=args.full_state)
+                    print(json.dumps(view.json_of(state, history)), flush=True)
                 except MasterUnreachable as e:
                     print(f"mesolite {args.command}: {e}", file=sys.stderr, flush=True)
                 time.sleep(every)

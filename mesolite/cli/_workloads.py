@@ -2,20 +2,17 @@
 (mesolite/workloads/), and the options of `mesolite master` that run them.
 
 `run` checks the file here first (the same checks the master makes, so a typo is
-reported without a round trip), then POSTs it to the master's HTTP port, where it is
-authorized for the caller's principal and handed to the built-in frameworks. `mesolite
-jobs` and `mesolite services` (views, mesolite/views.py) show how they are doing.
+reported without a round trip), then POSTs it to the master's HTTP port (through
+`_master_http`, as `mesolite teardown` does), where it is authorized for the caller's
+principal and handed to the built-in frameworks. `mesolite jobs` and `mesolite
+services` (views, mesolite/views.py) show how they are doing.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import ssl
 import sys
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +20,8 @@ import structlog
 
 from mesolite import tls_options
 from mesolite.certs import WORKLOADS
+from mesolite.cli._master_http import MasterRefused, MasterUnreachable, request_json
 from mesolite.tls import TlsConfig, TlsError
-from mesolite.tls_options import ClientAuth
 from mesolite.workloads import RunnerConfig, WorkloadFileError, WorkloadRunner, load_workload
 from mesolite.workloads.spec import JobSpec
 
@@ -110,9 +107,10 @@ def run_workload(args: argparse.Namespace) -> int:
         print(f"mesolite run: {e}", file=sys.stderr)
         return 2
     body = {"source": str(args.file), "text": args.file.read_text(encoding="utf-8")}
-    status, answer = _post(args.master, "/workloads", body, auth)
-    if status != 201:
-        print(f"mesolite run: {_reason(status, answer)}", file=sys.stderr)
+    try:
+        request_json(args.master, "/workloads", auth, method="POST", body=body)
+    except (MasterRefused, MasterUnreachable) as e:
+        print(f"mesolite run: {e}", file=sys.stderr)
         return 1
     what = (
         f"job {spec.name!r}: {spec.completions} indices, {spec.parallelism} at a time, "
@@ -138,48 +136,11 @@ def stop_workload(args: argparse.Namespace) -> int:
         print(f"mesolite stop: {e}", file=sys.stderr)
         return 2
     name = urllib.parse.quote(args.name, safe="")
-    status, answer = _post(args.master, f"/workloads/{name}/stop", {}, auth)
-    if status != 200:
-        print(f"mesolite stop: {_reason(status, answer)}", file=sys.stderr)
-        return 1
-    print(f"stopped {answer.get('kind', 'workload')} {args.name!r}", flush=True)
-    return 0
-
-
-def _post(address: str, path: str, body: dict[str, Any], auth: ClientAuth) -> tuple[int, Any]:
-    """POST JSON to the master; (HTTP status, the JSON or text answered). Status 0: the
-    master could not be reached (the answer says why)."""
-    scheme = "https" if auth.tls else "http"
-    url = address if address.startswith(("http://", "https://")) else f"{scheme}://{address}"
-    request = urllib.request.Request(
-        f"{url}{path}",
-        data=json.dumps(body).encode(),
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    if auth.token is not None:
-        request.add_header("Authorization", f"Bearer {auth.token}")
-    context: ssl.SSLContext | None = auth.tls.client_context() if auth.tls else None
     try:
-        with urllib.request.urlopen(request, timeout=30, context=context) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as e:
-        return e.code, e.read(64 * 1024).decode(errors="replace").strip()
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        reason = e.reason if isinstance(e, urllib.error.URLError) else e
-        return 0, (
-            f"cannot reach the master at {address}: {reason}. Is it running? Give its HTTP "
-            "address with --master HOST:HTTP_PORT"
-            + ("" if auth.tls else "; if it uses TLS, give --tls-dir (or MESOLITE_TLS_DIR)")
-        )
-
-
-def _reason(status: int, answer: Any) -> str:
-    if status == 401:
-        return (
-            "the master wants a principal: give --tls-dir (a bundle from `mesolite certs "
-            "init`), or a token with --token-file"
-        )
-    if status == 403:
-        return f"not allowed: {answer}"
-    return str(answer)
+        answer = request_json(args.master, f"/workloads/{name}/stop", auth, method="POST", body={})
+    except (MasterRefused, MasterUnreachable) as e:
+        print(f"mesolite stop: {e}", file=sys.stderr)
+        return 1
+    kind = answer.get("kind", "workload") if isinstance(answer, dict) else "workload"
+    print(f"stopped {kind} {args.name!r}", flush=True)
+    return 0

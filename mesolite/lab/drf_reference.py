@@ -9,7 +9,10 @@ The model is the DRF paper's (Ghodsi et al., NSDI 2011): one pool of
 resources with a `capacity` vector; each user runs identical tasks, each
 needing a `demand` vector; a user may have a `weight` (default 1) and a
 `max_tasks` (finite demand; default unbounded). User i given x_i tasks holds
-x_i * demand_i.
+x_i * demand_i. A weight is a number, or a weight vector (the paper's weighted
+DRF: W_i = (w_i1, ..., w_im)) given as a mapping from resource to weight, the
+resources it does not name weighing 1; each resource's share is divided by its
+own weight, so the weighted dominant share is max_r(x_i d_ir / C_r / w_ir).
 
 `drf` treats tasks as divisible (x_i may be any non-negative rational) and
 runs progressive filling: the weighted dominant share x_i * max_r(d_ir / C_r)
@@ -48,6 +51,7 @@ from fractions import Fraction
 __all__ = [
     "Amount",
     "FairAllocation",
+    "Weight",
     "asset_fairness",
     "discrete_drf",
     "drf",
@@ -77,7 +81,10 @@ class FairAllocation:
     `capacity` and `demands` are the input as Fractions: `demands` keeps
     positive entries only, and `capacity` also lists demanded resources it
     lacked, at 0. `tasks[u]` is user u's number of tasks (an integer-valued
-    Fraction for `discrete_drf`). `shares[u]` is the weighted quantity the policy equalises:
+    Fraction for `discrete_drf`). `weights[u]` is u's weight for the resources
+    `resource_weights[u]` does not name (1 for a weight vector), and
+    `resource_weights[u]` its weight vector's entries (empty for a plain weight).
+    `shares[u]` is the weighted quantity the policy equalises:
     the weighted dominant share for `drf` and `discrete_drf`, the weighted
     asset share (sum of shares over resources, divided by the weight) for
     `asset_fairness`. `dominant_shares[u]` is the unweighted dominant share
@@ -89,6 +96,7 @@ class FairAllocation:
     capacity: Mapping[str, Fraction]
     demands: Mapping[str, Mapping[str, Fraction]]
     weights: Mapping[str, Fraction]
+    resource_weights: Mapping[str, Mapping[str, Fraction]]
     tasks: Mapping[str, Fraction]
     shares: Mapping[str, Fraction]
     dominant_shares: Mapping[str, Fraction]
@@ -117,7 +125,16 @@ class _Problem:
     capacity: dict[str, Fraction]  # every resource anyone demands has an entry
     demands: dict[str, dict[str, Fraction]]  # positive entries only
     weights: dict[str, Fraction]
+    resource_weights: dict[str, dict[str, Fraction]]
     max_tasks: dict[str, Fraction | None]
+
+    def weighted_unit_shares(self, user: str) -> dict[str, Fraction] | None:
+        """`unit_shares`, each divided by the user's weight for that resource."""
+        unit = self.unit_shares(user)
+        if unit is None:
+            return None
+        named, weight = self.resource_weights[user], self.weights[user]
+        return {r: share / named.get(r, weight) for r, share in unit.items()}
 
     def unit_shares(self, user: str) -> dict[str, Fraction] | None:
         """Share of each resource one task takes; None if it needs a resource with no capacity."""
@@ -129,10 +146,13 @@ class _Problem:
         return shares
 
 
+Weight = Amount | Mapping[str, Amount]
+
+
 def _problem(
     capacity: Mapping[str, Amount],
     demands: Mapping[str, Mapping[str, Amount]],
-    weights: Mapping[str, Amount] | None,
+    weights: Mapping[str, Weight] | None,
     max_tasks: Mapping[str, Amount | None] | None,
 ) -> _Problem:
     cap: dict[str, Fraction] = {}
@@ -156,22 +176,33 @@ def _problem(
             )
         dem[user] = vector
     w: dict[str, Fraction] = {}
+    vectors: dict[str, dict[str, Fraction]] = {}
     mx: dict[str, Fraction | None] = {}
     for name, table in (("weights", weights), ("max_tasks", max_tasks)):
         unknown = set(table or {}) - set(dem)
         if unknown:
             raise ValueError(f"{name} names unknown users: {sorted(unknown)}")
     for user in dem:
-        weight = to_fraction((weights or {}).get(user, 1))
-        if weight <= 0:
-            raise ValueError(f"weight of {user!r} must be positive, got {weight}")
-        w[user] = weight
+        given = (weights or {}).get(user, 1)
+        w[user], vectors[user] = Fraction(1), {}
+        if isinstance(given, Mapping):
+            for r, amount in given.items():
+                vectors[user][r] = _positive_weight(user, amount, f" for {r!r}")
+        else:
+            w[user] = _positive_weight(user, given, "")
         limit = (max_tasks or {}).get(user)
         bound = None if limit is None else to_fraction(limit)
         if bound is not None and bound < 0:
             raise ValueError(f"max_tasks of {user!r} is negative: {limit}")
         mx[user] = bound
-    return _Problem(cap, dem, w, mx)
+    return _Problem(cap, dem, w, vectors, mx)
+
+
+def _positive_weight(user: str, amount: Amount, what: str) -> Fraction:
+    weight = to_fraction(amount)
+    if weight <= 0:
+        raise ValueError(f"weight of {user!r}{what} must be positive, got {weight}")
+    return weight
 
 
 # Progressive filling --------------------------------------------------------
@@ -193,10 +224,10 @@ def _progressive_filling(
     cost: dict[str, Fraction] = {}
     active: list[str] = []
     for u in p.demands:
-        unit = p.unit_shares(u)
+        unit = p.weighted_unit_shares(u)
         if unit is None:
             continue  # needs a resource with no capacity: frozen at zero tasks
-        cost[u] = measure(unit) / p.weights[u]
+        cost[u] = measure(unit)
         if p.max_tasks[u] != 0:
             active.append(u)
     # Use by frozen users, which no longer changes.
@@ -244,6 +275,7 @@ def _result(p: _Problem, tasks: dict[str, Fraction], cost: dict[str, Fraction]) 
         capacity=p.capacity,
         demands=p.demands,
         weights=p.weights,
+        resource_weights=p.resource_weights,
         tasks=tasks,
         shares={u: tasks[u] * cost[u] if u in cost else Fraction(0) for u in p.demands},
         dominant_shares=dominant,
@@ -255,14 +287,14 @@ def _result(p: _Problem, tasks: dict[str, Fraction], cost: dict[str, Fraction]) 
 def drf(
     capacity: Mapping[str, Amount],
     demands: Mapping[str, Mapping[str, Amount]],
-    weights: Mapping[str, Amount] | None = None,
+    weights: Mapping[str, Weight] | None = None,
     max_tasks: Mapping[str, Amount | None] | None = None,
 ) -> FairAllocation:
     """Weighted DRF with divisible tasks, by progressive filling (exact).
 
     `demands` maps each user to its per-task demand vector; `weights` and
-    `max_tasks` map users to their weight (default 1) and task limit
-    (default none). See the module docstring for the model.
+    `max_tasks` map users to their weight (default 1; a number or a weight
+    vector) and task limit (default none). See the module docstring for the model.
     """
     return _progressive_filling(_problem(capacity, demands, weights, max_tasks), _largest)
 
@@ -270,13 +302,13 @@ def drf(
 def asset_fairness(
     capacity: Mapping[str, Amount],
     demands: Mapping[str, Mapping[str, Amount]],
-    weights: Mapping[str, Amount] | None = None,
+    weights: Mapping[str, Weight] | None = None,
     max_tasks: Mapping[str, Amount | None] | None = None,
 ) -> FairAllocation:
     """Weighted asset fairness: progressive filling on the sum of a user's shares.
 
     Equal shares of different resources are worth the same, so each user's
-    total "spend" sum_r(x_i d_ir / C_r) / w_i is equalised as far as capacity
+    total "spend" sum_r(x_i d_ir / C_r / w_ir) is equalised as far as capacity
     allows. In the paper's example this gives A 63/25 and B 54/25 tasks.
     """
     return _progressive_filling(_problem(capacity, demands, weights, max_tasks), _total)
@@ -296,7 +328,7 @@ def _total(unit: dict[str, Fraction]) -> Fraction:
 def discrete_drf(
     capacity: Mapping[str, Amount],
     demands: Mapping[str, Mapping[str, Amount]],
-    weights: Mapping[str, Amount] | None = None,
+    weights: Mapping[str, Weight] | None = None,
     max_tasks: Mapping[str, Amount | None] | None = None,
 ) -> FairAllocation:
     """Weighted DRF with whole tasks on one pool, one task at a time (exact).
@@ -316,9 +348,9 @@ def discrete_drf(
     tasks = {u: Fraction(0) for u in p.demands}
     cost: dict[str, Fraction] = {}
     for u in p.demands:
-        unit = p.unit_shares(u)
+        unit = p.weighted_unit_shares(u)
         if unit is not None:
-            cost[u] = max(unit.values()) / p.weights[u]
+            cost[u] = max(unit.values())
     free = dict(p.capacity)
     order = {u: i for i, u in enumerate(p.demands)}
     # A user needing a resource with no capacity fits no task: never running.

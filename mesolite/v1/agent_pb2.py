@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from mesolite.v1 import common_pb2 as mesolite_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17mesolite/v1/agent.proto\x12\x0bmesolite.v1\x1a\x18mesolite/v1/common.proto\"o\n\x0bRunningTask\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12#\n\x04task\x18\x02 \x01(\x0b\x32\x15.mesolite.v1.TaskInfo\x12%\n\x05state\x18\x03 \x01(\x0e\x32\x16.mesolite.v1.TaskState\"\x97\x01\n\tTaskUsage\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tcpus_used\x18\x03 \x01(\x01\x12\x13\n\x0b\x63pu_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bmem_used_mb\x18\x05 \x01(\x01\x12\x13\n\x0bmem_peak_mb\x18\x06 \x01(\x01\x12\x11\n\tprocesses\x18\x07 \x01(\r\"\x88\x05\n\tAgentCall\x12\x33\n\x08register\x18\x01 \x01(\x0b\x32\x1f.mesolite.v1.AgentCall.RegisterH\x00\x12\x35\n\theartbeat\x18\x02 \x01(\x0b\x32 .mesolite.v1.AgentCall.HeartbeatH\x00\x12<\n\rstatus_update\x18\x03 \x01(\x0b\x32#.mesolite.v1.AgentCall.StatusUpdateH\x00\x1a\xad\x02\n\x08Register\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12%\n\x05total\x18\x04 \x01(\x0b\x32\x16.mesolite.v1.Resources\x12\x43\n\nattributes\x18\x05 \x03(\x0b\x32/.mesolite.v1.AgentCall.Register.AttributesEntry\x12\'\n\x05tasks\x18\x06 \x03(\x0b\x32\x18.mesolite.v1.RunningTask\x12\x11\n\tisolation\x18\x07 \x01(\t\x12\x11\n\ttask_user\x18\x08 \x01(\t\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\tHeartbeat\x12%\n\x05usage\x18\x01 \x03(\x0b\x32\x16.mesolite.v1.TaskUsage\x1a\x65\n\x0cStatusUpdate\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.mesolite.v1.TaskStatus\x12,\n\x0clatest_state\x18\x02 \x01(\x0e\x32\x16.mesolite.v1.TaskStateB\x06\n\x04\x63\x61ll\"\x86\x04\n\nAgentEvent\x12\x38\n\nregistered\x18\x01 \x01(\x0b\x32\".mesolite.v1.AgentEvent.RegisteredH\x00\x12\x39\n\x0blaunch_task\x18\x02 \x01(\x0b\x32\".mesolite.v1.AgentEvent.LaunchTaskH\x00\x12\x35\n\tkill_task\x18\x03 \x01(\x0b\x32 .mesolite.v1.AgentEvent.KillTaskH\x00\x12:\n\x0b\x61\x63knowledge\x18\x04 \x01(\x0b\x32#.mesolite.v1.AgentEvent.AcknowledgeH\x00\x1a\x42\n\nRegistered\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\"\n\x1aheartbeat_interval_seconds\x18\x02 \x01(\x01\x1aG\n\nLaunchTask\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12#\n\x04task\x18\x02 \x01(\x0b\x32\x15.mesolite.v1.TaskInfo\x1a\x31\n\x08KillTask\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x1aG\n\x0b\x41\x63knowledge\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tupdate_id\x18\x03 \x01(\tB\x07\n\x05\x65vent2N\n\x0c\x41gentGateway\x12>\n\x07\x43onnect\x12\x16.mesolite.v1.AgentCall\x1a\x17.mesolite.v1.AgentEvent(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17mesolite/v1/agent.proto\x12\x0bmesolite.v1\x1a\x18mesolite/v1/common.proto\"o\n\x0bRunningTask\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12#\n\x04task\x18\x02 \x01(\x0b\x32\x15.mesolite.v1.TaskInfo\x12%\n\x05state\x18\x03 \x01(\x0e\x32\x16.mesolite.v1.TaskState\"\x97\x01\n\tTaskUsage\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tcpus_used\x18\x03 \x01(\x01\x12\x13\n\x0b\x63pu_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bmem_used_mb\x18\x05 \x01(\x01\x12\x13\n\x0bmem_peak_mb\x18\x06 \x01(\x01\x12\x11\n\tprocesses\x18\x07 \x01(\r\"\xf8\x05\n\tAgentCall\x12\x33\n\x08register\x18\x01 \x01(\x0b\x32\x1f.mesolite.v1.AgentCall.RegisterH\x00\x12\x35\n\theartbeat\x18\x02 \x01(\x0b\x32 .mesolite.v1.AgentCall.HeartbeatH\x00\x12<\n\rstatus_update\x18\x03 \x01(\x0b\x32#.mesolite.v1.AgentCall.StatusUpdateH\x00\x12-\n\x05\x62\x61tch\x18\x04 \x01(\x0b\x32\x1c.mesolite.v1.AgentCall.BatchH\x00\x1a\xbe\x02\n\x08Register\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x10\n\x08hostname\x18\x02 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x03 \x01(\t\x12%\n\x05total\x18\x04 \x01(\x0b\x32\x16.mesolite.v1.Resources\x12\x43\n\nattributes\x18\x05 \x03(\x0b\x32/.mesolite.v1.AgentCall.Register.AttributesEntry\x12\'\n\x05tasks\x18\x06 \x03(\x0b\x32\x18.mesolite.v1.RunningTask\x12\x11\n\tisolation\x18\x07 \x01(\t\x12\x11\n\ttask_user\x18\x08 \x01(\t\x12\x0f\n\x07\x62\x61tches\x18\t \x01(\x08\x1a\x31\n\x0f\x41ttributesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x32\n\tHeartbeat\x12%\n\x05usage\x18\x01 \x03(\x0b\x32\x16.mesolite.v1.TaskUsage\x1a\x65\n\x0cStatusUpdate\x12\'\n\x06status\x18\x01 \x01(\x0b\x32\x17.mesolite.v1.TaskStatus\x12,\n\x0clatest_state\x18\x02 \x01(\x0e\x32\x16.mesolite.v1.TaskState\x1a.\n\x05\x42\x61tch\x12%\n\x05\x63\x61lls\x18\x01 \x03(\x0b\x32\x16.mesolite.v1.AgentCallB\x06\n\x04\x63\x61ll\"\x87\x05\n\nAgentEvent\x12\x38\n\nregistered\x18\x01 \x01(\x0b\x32\".mesolite.v1.AgentEvent.RegisteredH\x00\x12\x39\n\x0blaunch_task\x18\x02 \x01(\x0b\x32\".mesolite.v1.AgentEvent.LaunchTaskH\x00\x12\x35\n\tkill_task\x18\x03 \x01(\x0b\x32 .mesolite.v1.AgentEvent.KillTaskH\x00\x12:\n\x0b\x61\x63knowledge\x18\x04 \x01(\x0b\x32#.mesolite.v1.AgentEvent.AcknowledgeH\x00\x12.\n\x05\x62\x61tch\x18\x05 \x01(\x0b\x32\x1d.mesolite.v1.AgentEvent.BatchH\x00\x1aS\n\nRegistered\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\"\n\x1aheartbeat_interval_seconds\x18\x02 \x01(\x01\x12\x0f\n\x07\x62\x61tches\x18\x03 \x01(\x08\x1aU\n\nLaunchTask\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12#\n\x04task\x18\x02 \x01(\x0b\x32\x15.mesolite.v1.TaskInfo\x12\x0c\n\x04user\x18\x03 \x01(\t\x1a\x31\n\x08KillTask\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x1aG\n\x0b\x41\x63knowledge\x12\x14\n\x0c\x66ramework_id\x18\x01 \x01(\t\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x11\n\tupdate_id\x18\x03 \x01(\t\x1a\x30\n\x05\x42\x61tch\x12\'\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x17.mesolite.v1.AgentEventB\x07\n\x05\x65vent2N\n\x0c\x41gentGateway\x12>\n\x07\x43onnect\x12\x16.mesolite.v1.AgentCall\x1a\x17.mesolite.v1.AgentEvent(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -39,25 +39,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKUSAGE']._serialized_start=180
   _globals['_TASKUSAGE']._serialized_end=331
   _globals['_AGENTCALL']._serialized_start=334
-  _globals['_AGENTCALL']._serialized_end=982
-  _globals['_AGENTCALL_REGISTER']._serialized_start=518
-  _globals['_AGENTCALL_REGISTER']._serialized_end=819
-  _globals['_AGENTCALL_REGISTER_ATTRIBUTESENTRY']._serialized_start=770
-  _globals['_AGENTCALL_REGISTER_ATTRIBUTESENTRY']._serialized_end=819
-  _globals['_AGENTCALL_HEARTBEAT']._serialized_start=821
-  _globals['_AGENTCALL_HEARTBEAT']._serialized_end=871
-  _globals['_AGENTCALL_STATUSUPDATE']._serialized_start=873
-  _globals['_AGENTCALL_STATUSUPDATE']._serialized_end=974
-  _globals['_AGENTEVENT']._serialized_start=985
-  _globals['_AGENTEVENT']._serialized_end=1503
-  _globals['_AGENTEVENT_REGISTERED']._serialized_start=1231
-  _globals['_AGENTEVENT_REGISTERED']._serialized_end=1297
-  _globals['_AGENTEVENT_LAUNCHTASK']._serialized_start=1299
-  _globals['_AGENTEVENT_LAUNCHTASK']._serialized_end=1370
-  _globals['_AGENTEVENT_KILLTASK']._serialized_start=1372
-  _globals['_AGENTEVENT_KILLTASK']._serialized_end=1421
-  _globals['_AGENTEVENT_ACKNOWLEDGE']._serialized_start=1423
-  _globals['_AGENTEVENT_ACKNOWLEDGE']._serialized_end=1494
-  _globals['_AGENTGATEWAY']._serialized_start=1505
-  _globals['_AGENTGATEWAY']._serialized_end=1583
+  _globals['_AGENTCALL']._serialized_end=1094
+  _globals['_AGENTCALL_REGISTER']._serialized_start=565
+  _globals['_AGENTCALL_REGISTER']._serialized_end=883
+  _globals['_AGENTCALL_REGISTER_ATTRIBUTESENTRY']._serialized_start=834
+  _globals['_AGENTCALL_REGISTER_ATTRIBUTESENTRY']._serialized_end=883
+  _globals['_AGENTCALL_HEARTBEAT']._serialized_start=885
+  _globals['_AGENTCALL_HEARTBEAT']._serialized_end=935
+  _globals['_AGENTCALL_STATUSUPDATE']._serialized_start=937
+  _globals['_AGENTCALL_STATUSUPDATE']._serialized_end=1038
+  _globals['_AGENTCALL_BATCH']._serialized_start=1040
+  _globals['_AGENTCALL_BATCH']._serialized_end=1086
+  _globals['_AGENTEVENT']._serialized_start=1097
+  _globals['_AGENTEVENT']._serialized_end=1744
+  _globals['_AGENTEVENT_REGISTERED']._serialized_start=1391
+  _globals['_AGENTEVENT_REGISTERED']._serialized_end=1474
+  _globals['_AGENTEVENT_LAUNCHTASK']._serialized_start=1476
+  _globals['_AGENTEVENT_LAUNCHTASK']._serialized_end=1561
+  _globals['_AGENTEVENT_KILLTASK']._serialized_start=1563
+  _globals['_AGENTEVENT_KILLTASK']._serialized_end=1612
+  _globals['_AGENTEVENT_ACKNOWLEDGE']._serialized_start=1614
+  _globals['_AGENTEVENT_ACKNOWLEDGE']._serialized_end=1685
+  _globals['_AGENTEVENT_BATCH']._serialized_start=1687
+  _globals['_AGENTEVENT_BATCH']._serialized_end=1735
+  _globals['_AGENTGATEWAY']._serialized_start=1746
+  _globals['_AGENTGATEWAY']._serialized_end=1824
 # @@protoc_insertion_point(module_scope)

@@ -132,6 +132,7 @@ class AgentCall(_message.Message):
         TASKS_FIELD_NUMBER: _builtins.int
         ISOLATION_FIELD_NUMBER: _builtins.int
         TASK_USER_FIELD_NUMBER: _builtins.int
+        BATCHES_FIELD_NUMBER: _builtins.int
         agent_id: _builtins.str
         """empty for a new agent"""
         hostname: _builtins.str
@@ -142,6 +143,10 @@ class AgentCall(_message.Message):
         fallback: rlimits and a process-tree kill); and the user tasks run as.
         """
         task_user: _builtins.str
+        batches: _builtins.bool
+        """The agent reads AgentEvent.batch: the master may then send several events
+        in one message (it does when more than one is waiting to be written).
+        """
         @_builtins.property
         def total(self) -> _common_pb2.Resources: ...
         @_builtins.property
@@ -161,10 +166,11 @@ class AgentCall(_message.Message):
             tasks: _abc.Iterable[Global___RunningTask] | None = ...,
             isolation: _builtins.str = ...,
             task_user: _builtins.str = ...,
+            batches: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "attributes", b"attributes", "hostname", b"hostname", "isolation", b"isolation", "task_user", b"task_user", "tasks", b"tasks", "total", b"total"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "agent_id", b"agent_id", "attributes", b"attributes", "batches", b"batches", "hostname", b"hostname", "isolation", b"isolation", "task_user", b"task_user", "tasks", b"tasks", "total", b"total"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -215,27 +221,54 @@ class AgentCall(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Batch(_message.Message):
+        """Several calls in one message, handled in order as if each came alone: fewer
+        messages, each costing the master a turn of its event loop. Only after the master
+        said Registered.batches; never a register or another batch; at most 10,000 calls.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CALLS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentCall]: ...
+        def __init__(
+            self,
+            *,
+            calls: _abc.Iterable[Global___AgentCall] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REGISTER_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     STATUS_UPDATE_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def register(self) -> Global___AgentCall.Register: ...
     @_builtins.property
     def heartbeat(self) -> Global___AgentCall.Heartbeat: ...
     @_builtins.property
     def status_update(self) -> Global___AgentCall.StatusUpdate: ...
+    @_builtins.property
+    def batch(self) -> Global___AgentCall.Batch: ...
     def __init__(
         self,
         *,
         register: Global___AgentCall.Register | None = ...,
         heartbeat: Global___AgentCall.Heartbeat | None = ...,
         status_update: Global___AgentCall.StatusUpdate | None = ...,
+        batch: Global___AgentCall.Batch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "heartbeat", b"heartbeat", "register", b"register", "status_update", b"status_update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "call", b"call", "heartbeat", b"heartbeat", "register", b"register", "status_update", b"status_update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["call", b"call", "heartbeat", b"heartbeat", "register", b"register", "status_update", b"status_update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "call", b"call", "heartbeat", b"heartbeat", "register", b"register", "status_update", b"status_update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["register", "heartbeat", "status_update"]  # noqa: Y015
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["register", "heartbeat", "status_update", "batch"]  # noqa: Y015
     _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
 
@@ -251,17 +284,21 @@ class AgentEvent(_message.Message):
 
         AGENT_ID_FIELD_NUMBER: _builtins.int
         HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _builtins.int
+        BATCHES_FIELD_NUMBER: _builtins.int
         agent_id: _builtins.str
         heartbeat_interval_seconds: _builtins.float
+        batches: _builtins.bool
+        """The master reads AgentCall.batch (and, if the agent asked, sends batches)."""
         def __init__(
             self,
             *,
             agent_id: _builtins.str = ...,
             heartbeat_interval_seconds: _builtins.float = ...,
+            batches: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "heartbeat_interval_seconds", b"heartbeat_interval_seconds"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "batches", b"batches", "heartbeat_interval_seconds", b"heartbeat_interval_seconds"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -271,7 +308,10 @@ class AgentEvent(_message.Message):
 
         FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
         TASK_FIELD_NUMBER: _builtins.int
+        USER_FIELD_NUMBER: _builtins.int
         framework_id: _builtins.str
+        user: _builtins.str
+        """the framework's user (FrameworkInfo.user); empty: --task-user"""
         @_builtins.property
         def task(self) -> _common_pb2.TaskInfo: ...
         def __init__(
@@ -279,10 +319,11 @@ class AgentEvent(_message.Message):
             *,
             framework_id: _builtins.str = ...,
             task: _common_pb2.TaskInfo | None = ...,
+            user: _builtins.str = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_id", b"framework_id", "task", b"task"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_id", b"framework_id", "task", b"task", "user", b"user"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -331,10 +372,33 @@ class AgentEvent(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Batch(_message.Message):
+        """Several events in one message, in order (only to an agent that asked for them
+        with Register.batches; never a registered or another batch).
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        EVENTS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___AgentEvent]: ...
+        def __init__(
+            self,
+            *,
+            events: _abc.Iterable[Global___AgentEvent] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     REGISTERED_FIELD_NUMBER: _builtins.int
     LAUNCH_TASK_FIELD_NUMBER: _builtins.int
     KILL_TASK_FIELD_NUMBER: _builtins.int
     ACKNOWLEDGE_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def registered(self) -> Global___AgentEvent.Registered: ...
     @_builtins.property
@@ -343,6 +407,8 @@ class AgentEvent(_message.Message):
     def kill_task(self) -> Global___AgentEvent.KillTask: ...
     @_builtins.property
     def acknowledge(self) -> Global___AgentEvent.Acknowledge: ...
+    @_builtins.property
+    def batch(self) -> Global___AgentEvent.Batch: ...
     def __init__(
         self,
         *,
@@ -350,12 +416,13 @@ class AgentEvent(_message.Message):
         launch_task: Global___AgentEvent.LaunchTask | None = ...,
         kill_task: Global___AgentEvent.KillTask | None = ...,
         acknowledge: Global___AgentEvent.Acknowledge | None = ...,
+        batch: Global___AgentEvent.Batch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge", b"acknowledge", "event", b"event", "kill_task", b"kill_task", "launch_task", b"launch_task", "registered", b"registered"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["acknowledge", b"acknowledge", "batch", b"batch", "event", b"event", "kill_task", b"kill_task", "launch_task", b"launch_task", "registered", b"registered"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge", b"acknowledge", "event", b"event", "kill_task", b"kill_task", "launch_task", b"launch_task", "registered", b"registered"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acknowledge", b"acknowledge", "batch", b"batch", "event", b"event", "kill_task", b"kill_task", "launch_task", b"launch_task", "registered", b"registered"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["registered", "launch_task", "kill_task", "acknowledge"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["registered", "launch_task", "kill_task", "acknowledge", "batch"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

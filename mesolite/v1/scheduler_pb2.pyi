@@ -30,6 +30,7 @@ class FrameworkInfo(_message.Message):
     ROLE_FIELD_NUMBER: _builtins.int
     FAILOVER_TIMEOUT_SECONDS_FIELD_NUMBER: _builtins.int
     FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
+    USER_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     role: _builtins.str
     """"*" when empty"""
@@ -37,6 +38,11 @@ class FrameworkInfo(_message.Message):
     """how long tasks outlive a disconnect"""
     framework_id: _builtins.str
     """set to re-subscribe"""
+    user: _builtins.str
+    """The Unix user its tasks run as on agents that switch users (Mesos'
+    FrameworkInfo.user); empty: each agent's --task-user. The ACLs' run_tasks
+    must allow the principal this user; it cannot change on re-subscription.
+    """
     def __init__(
         self,
         *,
@@ -44,10 +50,11 @@ class FrameworkInfo(_message.Message):
         role: _builtins.str = ...,
         failover_timeout_seconds: _builtins.float = ...,
         framework_id: _builtins.str = ...,
+        user: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["failover_timeout_seconds", b"failover_timeout_seconds", "framework_id", b"framework_id", "name", b"name", "role", b"role"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["failover_timeout_seconds", b"failover_timeout_seconds", "framework_id", b"framework_id", "name", b"name", "role", b"role", "user", b"user"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -142,16 +149,22 @@ class Call(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
         FRAMEWORK_INFO_FIELD_NUMBER: _builtins.int
+        BATCHES_FIELD_NUMBER: _builtins.int
+        batches: _builtins.bool
+        """The framework reads Event.batch: the master may then send several events in
+        one message (it does when more than one is waiting to be written).
+        """
         @_builtins.property
         def framework_info(self) -> Global___FrameworkInfo: ...
         def __init__(
             self,
             *,
             framework_info: Global___FrameworkInfo | None = ...,
+            batches: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _typing.Literal["framework_info", b"framework_info"]  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_info", b"framework_info"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "framework_info", b"framework_info"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -252,7 +265,9 @@ class Call(_message.Message):
         TASK_IDS_FIELD_NUMBER: _builtins.int
         @_builtins.property
         def task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-            """empty: all of the framework's tasks"""
+            """Empty: every task the master knows for the framework (implicit), answered
+            by one UPDATE per task and then RECONCILED with this call's call_id.
+            """
 
         def __init__(
             self,
@@ -304,6 +319,29 @@ class Call(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Batch(_message.Message):
+        """Several calls in one message, handled in order as if each came alone (each with
+        its own call_id). Only after the master said Subscribed.batches; never a
+        subscribe or another batch; at most 10,000 calls.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CALLS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def calls(self) -> _containers.RepeatedCompositeFieldContainer[Global___Call]: ...
+        def __init__(
+            self,
+            *,
+            calls: _abc.Iterable[Global___Call] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["calls", b"calls"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     CALL_ID_FIELD_NUMBER: _builtins.int
     SUBSCRIBE_FIELD_NUMBER: _builtins.int
     ACCEPT_FIELD_NUMBER: _builtins.int
@@ -314,6 +352,7 @@ class Call(_message.Message):
     REVIVE_FIELD_NUMBER: _builtins.int
     SUPPRESS_FIELD_NUMBER: _builtins.int
     TEARDOWN_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Echoed in an ERROR event caused by this call."""
     @_builtins.property
@@ -334,6 +373,8 @@ class Call(_message.Message):
     def suppress(self) -> Global___Call.Suppress: ...
     @_builtins.property
     def teardown(self) -> Global___Call.Teardown: ...
+    @_builtins.property
+    def batch(self) -> Global___Call.Batch: ...
     def __init__(
         self,
         *,
@@ -347,12 +388,13 @@ class Call(_message.Message):
         revive: Global___Call.Revive | None = ...,
         suppress: Global___Call.Suppress | None = ...,
         teardown: Global___Call.Teardown | None = ...,
+        batch: Global___Call.Batch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "call", b"call", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "call", b"call", "call_id", b"call_id", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "call_id", b"call_id", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["subscribe", "accept", "decline", "kill", "acknowledge", "reconcile", "revive", "suppress", "teardown"]  # noqa: Y015
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["subscribe", "accept", "decline", "kill", "acknowledge", "reconcile", "revive", "suppress", "teardown", "batch"]  # noqa: Y015
     _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
 
@@ -368,17 +410,21 @@ class Event(_message.Message):
 
         FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
         HEARTBEAT_INTERVAL_SECONDS_FIELD_NUMBER: _builtins.int
+        BATCHES_FIELD_NUMBER: _builtins.int
         framework_id: _builtins.str
         heartbeat_interval_seconds: _builtins.float
+        batches: _builtins.bool
+        """The master reads Call.batch (and, if the framework asked, sends batches)."""
         def __init__(
             self,
             *,
             framework_id: _builtins.str = ...,
             heartbeat_interval_seconds: _builtins.float = ...,
+            batches: _builtins.bool = ...,
         ) -> None: ...
         _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
         def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-        _ClearFieldArgType: _TypeAlias = _typing.Literal["framework_id", b"framework_id", "heartbeat_interval_seconds", b"heartbeat_interval_seconds"]  # noqa: Y015
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["batches", b"batches", "framework_id", b"framework_id", "heartbeat_interval_seconds", b"heartbeat_interval_seconds"]  # noqa: Y015
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -489,6 +535,56 @@ class Event(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Reconciled(_message.Message):
+        """Every answer to the implicit reconciliation `call_id` (a RECONCILE with no
+        task ids) has been sent: an UPDATE with the latest state of each task the
+        master knows for the framework. After a master restart the answers wait until
+        every agent the registry placed the framework's tasks on is back (or its time
+        to come back is over: its tasks are then TASK_LOST, sent first).
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        CALL_ID_FIELD_NUMBER: _builtins.int
+        TASKS_FIELD_NUMBER: _builtins.int
+        call_id: _builtins.str
+        tasks: _builtins.int
+        """how many tasks were answered for"""
+        def __init__(
+            self,
+            *,
+            call_id: _builtins.str = ...,
+            tasks: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "tasks", b"tasks"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class Batch(_message.Message):
+        """Several events in one message, in order (only to a framework that asked for
+        them with Subscribe.batches; never a subscribed or another batch).
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        EVENTS_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___Event]: ...
+        def __init__(
+            self,
+            *,
+            events: _abc.Iterable[Global___Event] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
     OFFERS_FIELD_NUMBER: _builtins.int
     RESCIND_FIELD_NUMBER: _builtins.int
@@ -496,6 +592,8 @@ class Event(_message.Message):
     FAILURE_FIELD_NUMBER: _builtins.int
     ERROR_FIELD_NUMBER: _builtins.int
     HEARTBEAT_FIELD_NUMBER: _builtins.int
+    RECONCILED_FIELD_NUMBER: _builtins.int
+    BATCH_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___Event.Subscribed: ...
     @_builtins.property
@@ -510,6 +608,10 @@ class Event(_message.Message):
     def error(self) -> Global___Event.Error: ...
     @_builtins.property
     def heartbeat(self) -> Global___Event.Heartbeat: ...
+    @_builtins.property
+    def reconciled(self) -> Global___Event.Reconciled: ...
+    @_builtins.property
+    def batch(self) -> Global___Event.Batch: ...
     def __init__(
         self,
         *,
@@ -520,12 +622,14 @@ class Event(_message.Message):
         failure: Global___Event.Failure | None = ...,
         error: Global___Event.Error | None = ...,
         heartbeat: Global___Event.Heartbeat | None = ...,
+        reconciled: Global___Event.Reconciled | None = ...,
+        batch: Global___Event.Batch | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat", "reconciled", "batch"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 

@@ -11,7 +11,10 @@ framework asks the master about every task the store says may be live (explicit
 reconciliation: a task the master does not know is answered TASK_LOST, once no agent
 is still re-registering) and holds the offers it gets, unanswered, until every one of
 those tasks has been answered. Only then does it launch. It asks again, with back-off,
-for tasks still unanswered (the master defers answers while agents re-register).
+for tasks still unanswered (the master defers answers while agents re-register). The
+SDK itself holds offers until the master has reported every task it knows (its implicit
+reconciliation after a re-subscription); this explicit one names the tasks the store
+knows, so a launch the master never got is answered too (TASK_LOST).
 
 Callbacks, the back-off timer and `request_stop` take one lock, so the progress and
 the store are changed by one of them at a time.

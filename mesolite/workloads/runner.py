@@ -14,8 +14,9 @@ gRPC port as the principal `workloads`. It
   restart), reconciling before it launches anything;
 - shows every workload, running or finished, to the master's read model (`views`).
 
-A framework the master no longer knows (NOT_FOUND: its failover timeout passed while
-the master was up without it) is subscribed anew; its slots' tasks are gone with it,
+A framework the master no longer knows (`FrameworkGone`: its failover timeout passed
+while the master was up without it, or an operator tore it down with `mesolite
+teardown`) is subscribed anew; its slots' tasks are gone with it,
 so they are pending again, without using a job's retries. A refused subscription
 (PERMISSION_DENIED: the ACLs do not let `workloads` into the role) is retried with
 back-off, and the reason is shown in `mesolite jobs|services`.
@@ -36,6 +37,7 @@ from mesolite.backoff import Backoff
 from mesolite.errors import MesoliteError
 from mesolite.framework_sdk import (
     ConnectionConfig,
+    FrameworkGone,
     FrameworkRejected,
     NotConnected,
     RpcError,
@@ -287,11 +289,11 @@ class WorkloadRunner:
                 # The stream closed under a call: subscribe again (what was sent is
                 # reconciled then).
                 continue
+            except FrameworkGone:
+                self._framework_gone(record, progress)
+                failures = 0
+                continue
             except FrameworkRejected as e:
-                if e.code == "NOT_FOUND":
-                    self._framework_gone(record, progress)
-                    failures = 0
-                    continue
                 problem = f"the master refused the framework: {e}"
             except RpcError as e:
                 problem = f"the master's gRPC service failed: {e}"

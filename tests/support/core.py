@@ -27,6 +27,7 @@ from tests.support.fakes import FakeTimers, RecordingPeer
 CONFIG = MasterConfig(
     allocation_interval=1.0,
     offer_timeout=30.0,
+    agent_heartbeat_interval=1.0,
     agent_timeout=10.0,
     agent_reregister_timeout=60.0,
     check_invariants=True,
@@ -80,7 +81,10 @@ class CoreHarness:
         m = self.master
         return (
             sorted(m.offers),
-            {f: (fw.principal, sorted(fw.tasks), fw.connected) for f, fw in m.frameworks.items()},
+            {
+                f: (fw.principal, fw.info, sorted(fw.tasks), fw.connected)
+                for f, fw in m.frameworks.items()
+            },
             {a: (ag.principal, sorted(ag.tasks), ag.connected) for a, ag in m.agents.items()},
             {
                 (t.framework_id, t.spec.task_id): (t.agent_id, t.state)
@@ -102,9 +106,10 @@ class CoreHarness:
         failover: float = 0.0,
         framework_id: str = "",
         principal: str | None = None,
+        user: str = "",
     ) -> FrameworkPeer:
         peer: RecordingPeer[msg.FrameworkMessage] = RecordingPeer()
-        info = FrameworkInfo(name, role, failover, framework_id)
+        info = FrameworkInfo(name, role, failover, framework_id, user)
         fid = self.master.subscribe(info, peer, principal=principal)
         [subscribed] = peer.take(msg.Subscribed)
         assert subscribed.framework_id == fid
@@ -113,7 +118,7 @@ class CoreHarness:
     def resubscribe(self, fw: FrameworkPeer, principal: str | None = None) -> FrameworkPeer:
         info = fw.info
         return self.subscribe(
-            info.name, info.role, info.failover_timeout, fw.framework_id, principal
+            info.name, info.role, info.failover_timeout, fw.framework_id, principal, info.user
         )
 
     def allocate_for(self, fw: FrameworkPeer) -> list[Offer]:

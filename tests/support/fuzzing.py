@@ -59,11 +59,13 @@ REFUSALS = frozenset(
 RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 EXAMPLES_VARIABLE = "MESOLITE_FUZZ_EXAMPLES"
 # The fuzzed master's ACLs: frameworks may register in these roles (and below a/ and
-# eng/), the rest is denied (PERMISSION_DENIED); any agent may register.
+# eng/), and run their tasks as `svc`; the rest is denied (PERMISSION_DENIED); any agent
+# may register.
 ACLS = {
     "register_frameworks": [
         {"principals": {"type": "ANY"}, "roles": {"values": ["*", "a", "a/*", "eng", "eng/*"]}}
     ],
+    "run_tasks": [{"principals": {"type": "ANY"}, "users": {"values": ["svc"]}}],
     "register_agents": [{"principals": {"type": "ANY"}}],
 }
 

@@ -101,7 +101,9 @@ QUERIES = weighted(
         4,
         st.lists(
             st.tuples(
-                st.sampled_from(("offset", "length", "offset", "length", "x", "")),
+                st.sampled_from(
+                    ("offset", "length", "offset", "length", "x", "", "completed_tasks")
+                ),
                 st.sampled_from(NUMBERS),
             ),
             max_size=3,
@@ -156,9 +158,7 @@ HEADER_NAMES = (
     "Content-Type",
     "Last-Event-ID",
 )
-HEADERS = st.lists(st.tuples(st.sampled_from(HEADER_NAMES), HEADER_VALUES), max_size=4).map(
-    tuple
-)
+HEADERS = st.lists(st.tuples(st.sampled_from(HEADER_NAMES), HEADER_VALUES), max_size=4).map(tuple)
 METHODS = weighted(
     (8, st.just("GET")),
     (1, st.sampled_from(("HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "TRACE", "FOO"))),
@@ -202,8 +202,46 @@ def _other_paths(known: tuple[str, ...]) -> st.SearchStrategy[str]:
 MASTER_PATHS = ("/state", "/metrics", "/", "/ui/app.js", "/ui/style.css", "/events")
 
 
+OPERATOR_BODIES = weighted(  # hypothesis draws the first choices most
+    (2, st.sampled_from((b"{}" + b" " * 5000, b"{" + b" " * 4095 + b"}"))),  # the bound
+    (4, st.just(b"{}")),
+    (2, st.sampled_from((b"", b"[]", b"null", b'{"x": 1}', b"{", b"\xff\xfe", b'"{}"'))),
+    (1, st.binary(max_size=64)),
+)
+OPERATOR_TYPES = weighted(
+    (4, st.just("application/json")),
+    (
+        1,
+        st.sampled_from(
+            (
+                "application/x-www-form-urlencoded",
+                "text/plain",
+                "application/json; charset=latin-1",
+                "",
+                "multipart/form-data; boundary=x",
+            )
+        ),
+    ),
+)
+
+
+@st.composite
+def operator_requests(draw: st.DrawFn, ids: Ids) -> Request:
+    """The operator API: a teardown or a kill, mostly as the CLI sends them (POST,
+    JSON, `{}`), of the real framework and task or of anything."""
+    framework = draw(segment(ids.framework_id))
+    if draw(st.booleans(), label="kill"):
+        path = f"/api/v1/frameworks/{framework}/tasks/{draw(segment(ids.task_id))}/kill"
+    else:
+        path = f"/api/v1/frameworks/{framework}/teardown"
+    method = draw(weighted((6, st.just("POST")), (1, METHODS)))
+    headers = (("Content-Type", draw(OPERATOR_TYPES)), *draw(HEADERS))
+    return Request(method, path, headers, draw(OPERATOR_BODIES))
+
+
 def master_requests(ids: Ids) -> st.SearchStrategy[Request]:
-    """Requests to the master's HTTP server: its routes, the sandbox proxy above all."""
+    """Requests to the master's HTTP server: its routes, the sandbox proxy above all;
+    the operator API too."""
     ui = st.tuples(
         st.just("/ui/"), weighted((2, st.sampled_from(("app.js", "index.html"))), (1, ANY_SEGMENTS))
     ).map("".join)
@@ -220,7 +258,7 @@ def master_requests(ids: Ids) -> st.SearchStrategy[Request]:
         (1, unknown_agent),
         (2, _other_paths(MASTER_PATHS)),
     )
-    return _requests(paths)
+    return weighted((8, _requests(paths)), (1, operator_requests(ids)))
 
 
 def sandbox_requests(ids: Ids) -> st.SearchStrategy[Request]:

@@ -399,6 +399,13 @@ BAD_ROLES = weighted(
     (3, st.sampled_from(("denied", "denied/x", "bad role!", "/a", "a/", "a//b", "a/./b", ".."))),
     (1, STRINGS),
 )
+# A framework's Unix user: none, or one the fuzzed master's ACLs allow (`fuzzing.ACLS`);
+# broken: invalid names, root (which they do not name), one they do not allow.
+GOOD_USERS = st.sampled_from(("", "", "svc"))
+BAD_USERS = weighted(
+    (3, st.sampled_from(("-x", "1000", "a b", "root\n", "a" * 33, "root", "other"))),
+    (1, STRINGS),
+)
 GOOD_SECONDS = st.sampled_from((0.0, 1.0, 5.0, 60.0))
 GOOD_FILTERS = weighted(
     (2, st.none()), (1, GOOD_SECONDS.map(lambda s: scheduler_pb2.Filters(refuse_seconds=s)))
@@ -430,7 +437,7 @@ CALL_KINDS = tuple(
 @st.composite
 def framework_infos(draw: st.DrawFn, known: Known) -> scheduler_pb2.FrameworkInfo:
     """A new framework's info, or a known one's (subscribing again)."""
-    b = Breakage(draw, "name", "role", "failover", "framework_id")
+    b = Breakage(draw, "name", "role", "failover", "framework_id", "user")
     return scheduler_pb2.FrameworkInfo(
         name=b("name", st.sampled_from(("fw", "batch")), STRINGS),
         role=b("role", weighted((3, GOOD_ROLES), (1, pick(known.roles, "*"))), BAD_ROLES),
@@ -440,6 +447,7 @@ def framework_infos(draw: st.DrawFn, known: Known) -> scheduler_pb2.FrameworkInf
             maybe(pick(known.frameworks, "")),
             weighted((1, BAD_IDS), (1, PLAIN_IDS)),
         ),
+        user=b("user", GOOD_USERS, BAD_USERS),
     )
 
 

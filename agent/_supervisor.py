@@ -1,0 +1,491 @@
+"""The agent's supervisor: a long-lived process that forks each task's wrapper.
+
+    python -I .../agent/_supervisor.py DIR [--cgroup CGROUP_DIR]...
+
+Starting a task's wrapper as a fresh interpreter (``python -I _task_wrapper.py``)
+costs tens of milliseconds of CPU per task. The supervisor pays for an interpreter
+once: it is started by the agent, imports the wrapper, and forks one wrapper per
+task from itself (a fork of a small process: about a millisecond). As containerd's
+shims outlive containerd, it outlives the agent: it runs in its own session, in a
+cgroup of its own (``--cgroup``, none in the process-tree fallback), not the agent's.
+
+Each wrapper is the same as before, and keeps every guarantee it had: it is the
+leader of a new session and process group, its command joins the task's cgroup,
+takes its limits and becomes its user between fork and exec, and it writes the
+command's exit status to the task's records (`_task_wrapper`). It is a complete
+per-task waiter: if the supervisor dies, its wrappers go on and still record how
+their commands end; the agent then waits for each with a pidfd, as for the tasks it
+recovers after its own restart, and starts a new supervisor for new tasks.
+
+A wrapper records its pid (``wrapper.json``) before its command may start. Until it
+has, it dies with the supervisor (``PR_SET_PDEATHSIG``), so a command never runs
+that neither the supervisor nor ``wrapper.json`` can name.
+
+**The socket.** ``DIR/socket`` (``DIR`` is the agent's, 0700; the socket 0600), a
+stream of frames: a 4-byte big-endian length, then a JSON object of at most
+`MAX_FRAME` bytes. Only a peer with the supervisor's own user id (the kernel's
+``SO_PEERCRED``, not anything the peer says) is served, and one at a time: a new
+connection replaces the last, whose buffered requests are carried out first (an
+agent that was SIGKILLed may have left a launch in it).
+
+    supervisor -> agent, on connecting:
+        {"op": "wrappers", "wrappers": [{"pid", "start_time", "records"}, ...]}  (0 or more)
+        {"op": "hello", "pid": <the supervisor's>}
+    agent -> supervisor, with two file descriptors (SCM_RIGHTS): the task's stdout
+    and its stderr:
+        {"op": "launch", "id": N, "records": DIR, "options": [wrapper options],
+         "argv": [...], "env": {...}, "cwd": SANDBOX}
+    supervisor -> agent:
+        {"op": "spawned", "id": N, "pid": P, "start_time": T}  or  {"op": "spawned",
+         "id": N, "error": "..."}
+        {"op": "ready", "pid": P, "command": C}   wrapper P's command (pid C) runs
+        {"op": "exited", "pid": P, "start_time": T, "status": <wait status>}
+
+Every wrapper says it is ready on one pipe the supervisor reads (the wrapper's
+``--ready-fd``, a line with its command's pid and its own); the supervisor reads that
+pipe before it tells of the wrappers it reaped, so "ready" comes before "exited", and
+an "exited" with no "ready" before it means the command never started.
+
+A wrapper's end is told to the agent connected when the supervisor reaps it, and to
+no one else: what lasts is the wrapper's ``exit.json``. With no agent connected and
+no wrapper left, the supervisor exits.
+
+Standard library and the wrapper only (run by path: the agent's package, grpc and
+all, is never imported).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import json
+import os
+import selectors
+import signal
+import socket
+import struct
+import sys
+import time
+import types
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeGuard
+
+if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
+
+    def _bootstrap() -> None:
+        """Import `mesolite.agent._task_wrapper` from the tree this file is in, without
+        running the agent package's ``__init__`` (which imports grpc)."""
+        here = Path(__file__).absolute().parent  # .../mesolite/agent
+        sys.path.insert(0, str(here.parent.parent))
+        package = types.ModuleType("mesolite.agent")
+        package.__path__ = [str(here)]
+        sys.modules["mesolite.agent"] = package
+
+    _bootstrap()
+
+from mesolite.agent import _task_wrapper
+from mesolite.agent.errors import AgentError
+
+SOCKET_NAME = "socket"
+LOG_NAME = "supervisor.log"
+MAX_FRAME = 1 << 20  # bytes of JSON in one frame, either way
+LAUNCH_FDS = 2  # stdout, stderr
+WRAPPERS_PER_FRAME = 1000
+_HEADER = struct.Struct(">I")
+_PEERCRED = struct.Struct("3i")  # pid, uid, gid
+_READY_FD = 3  # where a wrapper finds its ready pipe
+_MAX_OUTPUT = 16 << 20  # bytes queued for an agent that does not read: then it is dropped
+_FIRST_CONNECTION_TIMEOUT = 30.0
+_PR_SET_PDEATHSIG = 1
+
+
+class FrameError(AgentError, ValueError):
+    """A frame that breaks the protocol: the connection is dropped."""
+
+
+def encode(message: Mapping[str, Any]) -> bytes:
+    """One frame; raises FrameError if it would be larger than `MAX_FRAME`."""
+    data = json.dumps(message, separators=(",", ":")).encode()
+    if len(data) > MAX_FRAME:
+        raise FrameError(f"a frame of {len(data)} bytes is over the {MAX_FRAME} limit")
+    return _HEADER.pack(len(data)) + data
+
+
+class Frames:
+    """Bytes from a stream, cut into decoded frames."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> Iterator[dict[str, Any]]:
+        """The frames `data` completes; raises FrameError on an oversized or bad one."""
+        self._buffer += data
+        while len(self._buffer) >= _HEADER.size:
+            (size,) = _HEADER.unpack_from(self._buffer)
+            if size > MAX_FRAME:
+                raise FrameError(f"a frame of {size} bytes is over the {MAX_FRAME} limit")
+            end = _HEADER.size + size
+            if len(self._buffer) < end:
+                return
+            payload = bytes(self._buffer[_HEADER.size : end])
+            del self._buffer[:end]
+            try:
+                message = json.loads(payload)
+            except ValueError as e:
+                raise FrameError(f"a frame that is not JSON: {e}") from None
+            if not isinstance(message, dict) or not isinstance(message.get("op"), str):
+                raise FrameError("a frame that is not an object with an op")
+            yield message
+
+
+def peer_uid(sock: socket.socket) -> int:
+    """The user id of the process at the other end, as the kernel says."""
+    _, uid, _ = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return int(uid)
+
+
+def socket_address(directory_fd: int) -> str:
+    """The socket's address through an open directory: short whatever the work dir's
+    path (a Unix socket's path may have at most 107 bytes)."""
+    return f"/proc/self/fd/{directory_fd}/{SOCKET_NAME}"
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """A launch request, checked."""
+
+    id: int
+    records: Path
+    confinement: _task_wrapper.Confinement
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+    @classmethod
+    def parse(cls, message: Mapping[str, Any]) -> Launch:
+        """Raises FrameError if `message` is not a well-formed launch."""
+        request_id, options = message.get("id"), message.get("options")
+        records, argv = message.get("records"), message.get("argv")
+        env, cwd = message.get("env"), message.get("cwd")
+        if not isinstance(request_id, int) or not isinstance(records, str):
+            raise FrameError("a launch needs an integer id and a records directory")
+        if not _strings(options) or not _strings(argv) or not isinstance(cwd, str):
+            raise FrameError("a launch's options and argv are lists of strings, cwd a string")
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise FrameError("a launch's env maps strings to strings")
+        parsed = _task_wrapper.parse_args(
+            [records, "--ready-fd", str(_READY_FD), *options, "--", *argv]
+        )
+        if parsed is None:
+            raise FrameError(f"a launch the wrapper cannot run: {options} -- {argv}")
+        _, _, confinement, command = parsed
+        return cls(request_id, Path(records), confinement, command, env, cwd)
+
+
+def _strings(value: object) -> TypeGuard[list[str]]:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
+@dataclass
+class _Connection:
+    sock: socket.socket
+    frames: Frames = field(default_factory=Frames)
+    fds: list[int] = field(default_factory=list)  # received, not yet handed to a launch
+    output: bytearray = field(default_factory=bytearray)
+
+
+class Supervisor:
+    """The supervisor's loop: serve one agent at a time, fork wrappers, reap them."""
+
+    def __init__(self, listener: socket.socket, log: Any) -> None:
+        self._listener = listener
+        self._log = log
+        self._pid = os.getpid()
+        self._children: dict[int, tuple[int, str]] = {}  # pid -> (start time, records)
+        self._agent: _Connection | None = None
+        self._served = False
+        self._selector = selectors.DefaultSelector()
+        self._devnull = os.open(os.devnull, os.O_RDWR)
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._wakeup_read, self._wakeup_write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        # Wrappers write to it (blocking: a full pipe makes them wait, never lose a line).
+        self._ready_read, self._ready_write = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(self._ready_read, False)
+        self._ready_lines = bytearray()
+
+    def say(self, message: str) -> None:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+        print(f"{stamp} supervisor {self._pid}: {message}", file=self._log, flush=True)
+
+    def run(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        signal.set_wakeup_fd(self._wakeup_write)
+        self._selector.register(self._listener, selectors.EVENT_READ, "accept")
+        self._selector.register(self._wakeup_read, selectors.EVENT_READ, "reap")
+        self._selector.register(self._ready_read, selectors.EVENT_READ, "ready")
+        started = time.monotonic()
+        self.say("started")
+        gc.freeze()  # what is here now stays shared with the wrappers forked from it
+        while True:
+            idle = self._agent is None and not self._children
+            if idle and (self._served or time.monotonic() - started > _FIRST_CONNECTION_TIMEOUT):
+                break
+            for key, events in self._selector.select(timeout=1.0):
+                if key.data == "accept":
+                    self._accept()
+                elif key.data == "reap":
+                    with contextlib.suppress(BlockingIOError):
+                        while os.read(self._wakeup_read, 4096):
+                            pass
+                elif key.data == "ready":
+                    self._read_ready()
+                elif (
+                    self._agent is not None
+                    and key.fileobj is self._agent.sock
+                    and events & selectors.EVENT_READ
+                ):
+                    self._receive()
+            self._reap()
+            self._flush()
+        self.say("no agent and no task left: exiting")
+
+    # Connections.
+
+    def _accept(self) -> None:
+        try:
+            sock, _ = self._listener.accept()
+        except OSError:
+            return
+        uid = peer_uid(sock)
+        if uid != os.geteuid():
+            self.say(f"refused a connection from uid {uid}: only uid {os.geteuid()} is served")
+            sock.close()
+            return
+        if self._agent is not None:
+            # The last agent's requests are carried out before the new one hears which
+            # wrappers exist: a SIGKILLed agent may have left a launch in the socket.
+            self._agent.sock.setblocking(False)
+            while self._agent is not None and self._receive():
+                pass
+            self._drop("replaced by a new connection")
+        sock.setblocking(False)
+        self._agent = _Connection(sock)
+        self._served = True
+        self._selector.register(sock, selectors.EVENT_READ, "agent")
+        self.say(f"agent connected ({len(self._children)} wrappers running)")
+        wrappers = [
+            {"pid": pid, "start_time": start_time, "records": records}
+            for pid, (start_time, records) in self._children.items()
+        ]
+        for i in range(0, len(wrappers), WRAPPERS_PER_FRAME):
+            self._send({"op": "wrappers", "wrappers": wrappers[i : i + WRAPPERS_PER_FRAME]})
+        self._send({"op": "hello", "pid": self._pid})
+
+    def _drop(self, why: str) -> None:
+        agent, self._agent = self._agent, None
+        if agent is None:
+            return
+        self.say(f"agent connection closed: {why}")
+        self._selector.unregister(agent.sock)
+        agent.sock.close()
+        for fd in agent.fds:
+            os.close(fd)
+
+    def _receive(self) -> bool:
+        """Read what the agent sent and carry it out; False once nothing more came."""
+        agent = self._agent
+        assert agent is not None
+        try:
+            data, ancillary, _, _ = agent.sock.recvmsg(1 << 16, socket.CMSG_SPACE(LAUNCH_FDS * 4))
+        except BlockingIOError:
+            return False
+        except OSError as e:
+            self._drop(str(e))
+            return False
+        for level, kind, payload in ancillary:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                usable = len(payload) - len(payload) % 4
+                agent.fds.extend(struct.unpack(f"{usable // 4}i", payload[:usable]))
+        if not data:
+            self._drop("end of stream")
+            return False
+        try:
+            for message in agent.frames.feed(data):
+                if message["op"] != "launch":
+                    raise FrameError(f"unknown op {message['op']!r}")
+                self._launch(agent, message)
+            if len(agent.fds) > LAUNCH_FDS:
+                raise FrameError("file descriptors without a launch")
+        except FrameError as e:
+            self._drop(f"protocol error: {e}")
+            return False
+        return True
+
+    def _send(self, message: Mapping[str, Any]) -> None:
+        agent = self._agent
+        if agent is None:
+            return
+        agent.output += encode(message)  # sent at the end of the loop's turn
+        if len(agent.output) > _MAX_OUTPUT:
+            self._drop("it does not read what it is sent")
+
+    def _flush(self) -> None:
+        agent = self._agent
+        if agent is None or not agent.output:
+            return
+        try:
+            sent = agent.sock.send(agent.output)
+        except BlockingIOError:
+            return
+        except OSError as e:
+            self._drop(str(e))
+            return
+        del agent.output[:sent]
+        # Told when it can take more only while something waits to be sent.
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if agent.output else 0)
+        self._selector.modify(agent.sock, events, "agent")
+
+    # Wrappers.
+
+    def _launch(self, agent: _Connection, message: Mapping[str, Any]) -> None:
+        if len(agent.fds) < LAUNCH_FDS:
+            raise FrameError(f"a launch needs {LAUNCH_FDS} file descriptors")
+        fds, agent.fds = agent.fds[:LAUNCH_FDS], agent.fds[LAUNCH_FDS:]
+        try:
+            launch = Launch.parse(message)
+            pid = os.fork()
+            if pid == 0:
+                self._become_wrapper(launch, fds)  # never returns
+        except (FrameError, OSError) as e:
+            if isinstance(e, FrameError) and not isinstance(message.get("id"), int):
+                raise  # not even a request to answer
+            self._send({"op": "spawned", "id": message["id"], "error": str(e)})
+            return
+        finally:
+            for fd in fds:
+                os.close(fd)
+        # Not reaped yet, so the pid is still this child's: its start time names it.
+        start_time = _task_wrapper.start_time_of(pid)
+        self._children[pid] = (start_time, str(launch.records))
+        self._send({"op": "spawned", "id": launch.id, "pid": pid, "start_time": start_time})
+
+    def _become_wrapper(self, launch: Launch, fds: list[int]) -> None:
+        """In the forked child: set up as the agent used to start the wrapper, and run it."""
+        code = 127
+        try:
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            # Until its pid is on disk, a wrapper must not outlive the supervisor.
+            self._libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+            if os.getppid() != self._pid:
+                os._exit(code)
+            os.setsid()
+            stdout, stderr = fds
+            os.dup2(self._devnull, 0)
+            os.dup2(stdout, 1)
+            os.dup2(stderr, 2)
+            os.dup2(self._ready_write, _READY_FD)
+            os.closerange(_READY_FD + 1, os.sysconf("SC_OPEN_MAX"))
+            os.chdir(launch.cwd)
+            code = _task_wrapper.run(
+                launch.records,
+                launch.argv,
+                _READY_FD,
+                launch.confinement,
+                env=launch.env,
+                recorded=lambda: self._libc.prctl(_PR_SET_PDEATHSIG, 0, 0, 0, 0),
+            )
+        except BaseException as e:
+            with contextlib.suppress(OSError):
+                os.write(2, f"mesolite task wrapper: {e}\n".encode())
+        finally:
+            os._exit(code)
+
+    def _read_ready(self) -> None:
+        """Tell of the wrappers whose commands run: lines of "COMMAND WRAPPER" pids."""
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self._ready_read, 1 << 16):
+                self._ready_lines += data
+        *lines, rest = self._ready_lines.split(b"\n")
+        self._ready_lines = bytearray(rest)
+        for line in lines:
+            try:
+                command, wrapper = (int(field) for field in line.split())
+            except ValueError:
+                self.say(f"ignored a ready line that is not two pids: {line!r}")
+                continue
+            self._send({"op": "ready", "pid": wrapper, "command": command})
+
+    def _reap(self) -> None:
+        reaped = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            start_time, _ = self._children.pop(pid, (None, ""))
+            reaped.append({"op": "exited", "pid": pid, "start_time": start_time, "status": status})
+        if reaped:
+            # A wrapper said it was ready before it ended: that comes first.
+            self._read_ready()
+            for message in reaped:
+                self._send(message)
+
+
+def serve(directory: Path, cgroups: list[Path]) -> int:
+    """Bind the socket, then detach: the process that started returns (0) once the
+    socket takes connections, and a child in a new session serves it."""
+    os.umask(0o077)
+    directory_fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    address = socket_address(directory_fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(address)  # a dead supervisor's; the agent starts one only if none answers
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(address)
+    os.chmod(address, 0o600)
+    listener.listen(64)
+    os.close(directory_fd)
+    log = open(directory / LOG_NAME, "a")  # noqa: SIM115 - the supervisor's whole life
+    for cgroup in cgroups:  # before the fork: the child is born in it
+        (cgroup / "cgroup.procs").write_text(str(os.getpid()))
+    if os.fork() != 0:
+        return 0  # the agent waits for this: the socket is ready
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    os.dup2(log.fileno(), 1)
+    os.dup2(log.fileno(), 2)
+    os.close(devnull)
+    try:
+        Supervisor(listener, log).run()
+    finally:
+        os._exit(0)
+
+
+def main(args: list[str]) -> int:
+    usage = "usage: python -I _supervisor.py DIR [--cgroup CGROUP_DIR]..."
+    if not args or args[0].startswith("-") or len(args) % 2 != 1:
+        print(usage, file=sys.stderr)
+        return 2
+    pairs = list(zip(args[1::2], args[2::2], strict=True))
+    if any(option != "--cgroup" for option, _ in pairs):
+        print(usage, file=sys.stderr)
+        return 2
+    try:
+        return serve(Path(args[0]), [Path(value) for _, value in pairs])
+    except OSError as e:
+        print(f"mesolite supervisor: cannot start: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
