@@ -23,7 +23,7 @@ from urllib.parse import unquote
 import grpc
 import grpc.aio
 import structlog
-from google.protobuf.message import DecodeError
+from google.protobuf.message import DecodeError, Message
 
 from mesolite import convert
 from mesolite.logs import clip
@@ -39,6 +39,8 @@ from mesolite.v1 import agent_pb2, agent_pb2_grpc, scheduler_pb2, scheduler_pb2_
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
+M = TypeVar("M")  # a master message (master.messages)
+E = TypeVar("E", bound=Message)  # its wire form
 
 # How far a peer may fall behind in reading its messages before the master drops it.
 OUTBOX_CAPACITY = 10_000
@@ -171,6 +173,24 @@ def _read_into(
     return asyncio.create_task(read())
 
 
+async def _send_out(
+    outbox: StreamWriter[M],
+    master: Master,
+    to_wire: Callable[[M], E],
+    wrap: Callable[[list[E]], E],
+    alone: Callable[[E], bool],
+    batches: bool,
+) -> AsyncIterator[E]:
+    """What the master sends on one stream, converted by `to_wire`, in batches made by
+    `wrap` if the peer asked for them (`alone`: never batched). What the messages
+    acknowledge is on disk before they go out."""
+    async for messages in outbox.drain_batches(BATCH_EVENTS):
+        master.registry.flush()
+        events = map(to_wire, messages)
+        for event in in_batches(events, wrap, alone) if batches else events:
+            yield event
+
+
 # Frameworks ------------------------------------------------------------------
 
 
@@ -234,14 +254,10 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             reader = _read_into(request_iterator, handle, outbox)
             batches = first.subscribe.batches
             try:
-                async for messages in outbox.drain_batches(BATCH_EVENTS):
-                    # What these messages acknowledge is on disk before they go out.
-                    self._master.registry.flush()
-                    events = map(_framework_event, messages)
-                    for event in (
-                        in_batches(events, _framework_batch, _subscribed) if batches else events
-                    ):
-                        yield event
+                async for event in _send_out(
+                    outbox, self._master, _framework_event, _framework_batch, _subscribed, batches
+                ):
+                    yield event
             finally:
                 reader.cancel()
                 self._master.disconnect_framework(framework_id, outbox)
@@ -463,14 +479,10 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             reader = _read_into(request_iterator, handle, outbox)
             batches = reg.batches
             try:
-                async for messages in outbox.drain_batches(BATCH_EVENTS):
-                    # What these messages acknowledge is on disk before they go out.
-                    self._master.registry.flush()
-                    events = map(_agent_event, messages)
-                    for event in (
-                        in_batches(events, _agent_batch, _registered) if batches else events
-                    ):
-                        yield event
+                async for event in _send_out(
+                    outbox, self._master, _agent_event, _agent_batch, _registered, batches
+                ):
+                    yield event
             finally:
                 reader.cancel()
                 self._master.disconnect_agent(agent_id, outbox)
