@@ -3,17 +3,12 @@ file, the Facebook-like generator, and the DRF-vs-slots comparison it reproduces
 
 from __future__ import annotations
 
-import csv
-import math
-from pathlib import Path
-
 import pytest
 
-from mesolite.cli import main
 from mesolite.lab.sim.engine import REACTION, WorkloadCannotRun, simulate
 from mesolite.lab.sim.facebook import JOB_SIZE_BINS, FacebookParams, facebook_workload
 from mesolite.lab.sim.results import by_size, mean_completion, mean_utilization
-from mesolite.lab.sim.workload import WorkloadFileError, dump_workload, parse_workload
+from mesolite.lab.sim.workload import SimWorkloadError, dump_workload, parse_workload
 
 ONE_AGENT = """
 [cluster]
@@ -181,51 +176,16 @@ def test_a_workload_that_cannot_run_is_refused() -> None:
     ],
 )
 def test_bad_workload_files_are_refused_with_the_line(text: str, line: int, problem: str) -> None:
-    with pytest.raises(WorkloadFileError, match=problem) as e:
+    with pytest.raises(SimWorkloadError, match=problem) as e:
         parse_workload(ONE_AGENT + "[simulation]\nend = 5.0\n" + text, "w.toml")
     assert e.value.line == line, str(e.value)
 
 
 def test_repeated_job_names_and_missing_tables_are_refused() -> None:
     job = '[[jobs]]\nname = "a"\ntasks = [{ resources = "cpus:1" }]\n'
-    with pytest.raises(WorkloadFileError, match="repeats"):
+    with pytest.raises(SimWorkloadError, match="repeats"):
         parse_workload(ONE_AGENT + job + job)
-    with pytest.raises(WorkloadFileError, match=r"\[cluster\]"):
+    with pytest.raises(SimWorkloadError, match=r"\[cluster\]"):
         parse_workload(job)
-    with pytest.raises(WorkloadFileError, match="at least one"):
+    with pytest.raises(SimWorkloadError, match="at least one"):
         parse_workload(ONE_AGENT)
-
-
-def test_the_command_writes_csv_and_figures(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = tmp_path / "w.toml"
-    path.write_text(
-        workload(
-            '[[jobs]]\nname = "a"\n'
-            'tasks = [{ resources = "cpus:1;mem:256", count = 6, duration = 4 }]\n'
-            '[[jobs]]\nname = "b"\narrival = 1\n'
-            'tasks = [{ resources = "cpus:2;mem:256", count = 2, duration = 4 }]\n'
-        )
-    )
-    out = tmp_path / "out"
-    assert main(["simulate", "run", str(path), "--policy", "drf", "slots", "--out", str(out)]) == 0
-    table = capsys.readouterr().out
-    assert "vs slots" in table and "1-10" in table
-    for name in (
-        "drf-jobs.csv",
-        "slots-samples.csv",
-        "drf-shares.csv",
-        "completion.png",
-        "utilization.png",
-        "shares.png",
-    ):
-        assert (out / name).stat().st_size > 0, name
-    with (out / "drf-jobs.csv").open() as f:
-        rows = {r["job"]: r for r in csv.DictReader(f)}
-    assert rows.keys() == {"a", "b"} and all(
-        math.isfinite(float(r["completion"])) for r in rows.values()
-    )
-    path.write_text("[cluster]\nagents = 3\n")
-    assert main(["simulate", "run", str(path), "--out", str(out)]) == 2
-    assert "w.toml:2" in capsys.readouterr().err

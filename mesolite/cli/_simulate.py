@@ -69,12 +69,12 @@ def run_simulate(args: argparse.Namespace) -> int:
     from mesolite.lab.sim.engine import WorkloadCannotRun, simulate
     from mesolite.lab.sim.facebook import FacebookParams, facebook_workload
     from mesolite.lab.sim.results import summary_table, write_csvs
-    from mesolite.lab.sim.workload import WorkloadFileError, dump_workload, load_workload
+    from mesolite.lab.sim.workload import SimWorkloadError, dump_workload, load_workload
 
     if args.simulation == "run":
         try:
             workload = load_workload(args.workload)
-        except (WorkloadFileError, OSError) as e:
+        except (SimWorkloadError, OSError) as e:
             print(f"mesolite simulate: {e}", file=sys.stderr)
             return 2
         title = f"{args.workload.name}"

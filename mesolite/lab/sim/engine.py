@@ -31,8 +31,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mesolite.errors import MesoliteError
 from mesolite.lab.sim.virtual_time import VirtualTimers
-from mesolite.lab.sim.workload import Job, TaskGroup, Workload
+from mesolite.lab.sim.workload import Job, SimWorkload, TaskGroup
 from mesolite.master import messages as msg
 from mesolite.master.master import Master, MasterConfig
 from mesolite.master.policies.slots import SlotsPolicy
@@ -43,7 +44,7 @@ from mesolite.resources import EMPTY, Resources
 REACTION = 0.2  # seconds from "allocation wanted" to the prompt cycle (see the module)
 
 
-class WorkloadCannotRun(ValueError):
+class WorkloadCannotRun(MesoliteError, ValueError):
     """The workload could never finish on its cluster (a task fits no agent, or tasks
     never end and no end time is set)."""
 
@@ -63,7 +64,7 @@ class JobResult:
 
 
 @dataclass(frozen=True, slots=True)
-class Sample:
+class SimSample:
     time: float
     used: dict[str, float]  # fraction of the cluster's total each resource in use by tasks
     allocated: dict[str, float]  # fraction the allocator holds (tasks as asked, and offers)
@@ -76,7 +77,7 @@ class SimResult:
     policy: str
     total: Resources
     jobs: list[JobResult]
-    samples: list[Sample]
+    samples: list[SimSample]
     shares: list[tuple[float, str, float]]  # (time, role, dominant share of what it uses)
     offers: int = 0
     declines: int = 0
@@ -135,7 +136,7 @@ class _Peer:
 class Simulation:
     def __init__(
         self,
-        workload: Workload,
+        workload: SimWorkload,
         policy: str = "drf",
         *,
         seed: int = 0,
@@ -195,7 +196,7 @@ class Simulation:
         extra = Resources({n: resources.get_amount(n) for n in resources if n not in self._slot})
         return request + extra
 
-    def _check(self, workload: Workload) -> None:
+    def _check(self, workload: SimWorkload) -> None:
         shapes = [g.resources for g in workload.agents]
         for job in workload.jobs:
             for group in job.groups:
@@ -274,7 +275,7 @@ class Simulation:
         for agent_id in self._agent_ids:
             allocated = allocated + self.master.allocator.agent_allocated(agent_id)
         self.result.samples.append(
-            Sample(
+            SimSample(
                 now,
                 _fractions(self._used, total),
                 _fractions(allocated, total),
@@ -418,7 +419,7 @@ def _fractions(amounts: Resources, total: Resources) -> dict[str, float]:
 
 
 def simulate(
-    workload: Workload, policy: str = "drf", *, seed: int = 0, check_invariants: bool = False
+    workload: SimWorkload, policy: str = "drf", *, seed: int = 0, check_invariants: bool = False
 ) -> SimResult:
     """Run `workload` under `policy` on the real master core; see the module docstring."""
     return Simulation(workload, policy, seed=seed, check_invariants=check_invariants).run()

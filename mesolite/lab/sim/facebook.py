@@ -33,8 +33,8 @@ from mesolite.lab.sim.workload import (
     AgentGroup,
     Job,
     SimulationSettings,
+    SimWorkload,
     TaskGroup,
-    Workload,
     default_role,
 )
 from mesolite.resources import Resources
@@ -76,7 +76,7 @@ class FacebookParams:
     seed: int = 1
 
 
-def facebook_workload(p: FacebookParams) -> Workload:
+def facebook_workload(p: FacebookParams) -> SimWorkload:
     rng = random.Random(p.seed)
     jobs = []
     now = 0.0
@@ -102,7 +102,7 @@ def facebook_workload(p: FacebookParams) -> Workload:
             )
         )
     agents = (AgentGroup(p.agents, Resources.parse(p.agent_resources)),)
-    return Workload(agents, tuple(jobs), SimulationSettings(sample_interval=p.sample_interval))
+    return SimWorkload(agents, tuple(jobs), SimulationSettings(sample_interval=p.sample_interval))
 
 
 def _lognormal(rng: random.Random, median: float, sigma: float, low: float, high: float) -> float:

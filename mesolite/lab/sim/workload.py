@@ -20,8 +20,8 @@ A job is one framework: it subscribes at `arrival`, launches its tasks as offers
 fit them (each group in order), and is torn down when its last task has ended.
 A `duration` of `inf` never ends (services, notebooks). Every size is bounded
 (the `MAX_*` below); a problem is reported as `FILE:LINE: what`. Pure:
-`parse_workload(text, source)` returns a frozen `Workload` or raises
-`WorkloadFileError`; `dump_workload` writes one back.
+`parse_workload(text, source)` returns a frozen `SimWorkload` or raises
+`SimWorkloadError`; `dump_workload` writes one back.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _JOB_KEYS = ("name", "arrival", "role", "tasks")
 _GROUP_KEYS = ("resources", "count", "duration")
 
 
-class WorkloadFileError(TomlFileError):
+class SimWorkloadError(TomlFileError):
     """A simulation workload file that cannot be used; nothing was run."""
 
 
@@ -92,7 +92,7 @@ class SimulationSettings:
 
 
 @dataclass(frozen=True, slots=True)
-class Workload:
+class SimWorkload:
     agents: tuple[AgentGroup, ...]
     jobs: tuple[Job, ...]
     settings: SimulationSettings = SimulationSettings()
@@ -110,19 +110,19 @@ def default_role(job_name: str) -> str:
     return f"job/{job_name}"
 
 
-def load_workload(path: Path) -> Workload:
+def load_workload(path: Path) -> SimWorkload:
     if path.stat().st_size > MAX_FILE_BYTES:
-        raise WorkloadFileError(str(path), None, f"larger than {MAX_FILE_BYTES} bytes")
+        raise SimWorkloadError(str(path), None, f"larger than {MAX_FILE_BYTES} bytes")
     return parse_workload(path.read_text(), str(path), base=path.parent)
 
 
-def parse_workload(text: str, source: str = "<workload>", base: Path | None = None) -> Workload:
+def parse_workload(text: str, source: str = "<workload>", base: Path | None = None) -> SimWorkload:
     if len(text) > MAX_FILE_BYTES:
-        raise WorkloadFileError(source, None, f"larger than {MAX_FILE_BYTES} bytes")
-    return _Parser(text, source, base).parse(read_toml(text, source, WorkloadFileError))
+        raise SimWorkloadError(source, None, f"larger than {MAX_FILE_BYTES} bytes")
+    return _Parser(text, source, base).parse(read_toml(text, source, SimWorkloadError))
 
 
-def dump_workload(workload: Workload) -> str:
+def dump_workload(workload: SimWorkload) -> str:
     """The workload as a file `parse_workload` reads back to the same value."""
     lines = ["[cluster]", "agents = ["]
     lines += [
@@ -171,15 +171,15 @@ class _Parser:
         self.base = base
 
     def fail(self, keys: tuple[str, ...], problem: str) -> NoReturn:
-        raise WorkloadFileError(self.source, self.lines.find(keys), problem)
+        raise SimWorkloadError(self.source, self.lines.find(keys), problem)
 
-    def parse(self, data: dict[str, Any]) -> Workload:
+    def parse(self, data: dict[str, Any]) -> SimWorkload:
         for key in data:
             if key not in _TOP_KEYS:
                 self.fail((key,), f"unknown key {key!r}; known: {', '.join(_TOP_KEYS)}")
         cluster = data.get("cluster")
         if not isinstance(cluster, dict) or "agents" not in cluster:
-            raise WorkloadFileError(
+            raise SimWorkloadError(
                 self.source,
                 None,
                 'expected [cluster] with agents = [{ count = N, resources = "..." }]',
@@ -188,7 +188,7 @@ class _Parser:
         settings = self.settings(data.get("simulation", {}))
         raw_jobs = data.get("jobs", [])
         if not isinstance(raw_jobs, list) or not raw_jobs:
-            raise WorkloadFileError(self.source, None, "expected at least one [[jobs]] table")
+            raise SimWorkloadError(self.source, None, "expected at least one [[jobs]] table")
         if len(raw_jobs) > MAX_JOBS:
             self.fail(("jobs",), f"more than {MAX_JOBS} jobs")
         jobs: list[Job] = []
@@ -204,7 +204,7 @@ class _Parser:
                 self.fail(("jobs",), f"more than {MAX_TASKS} tasks in all")
             jobs.append(job)
         jobs.sort(key=lambda j: j.arrival)  # stable: ties keep the file's order
-        return Workload(agents, tuple(jobs), settings)
+        return SimWorkload(agents, tuple(jobs), settings)
 
     def agents(self, cluster: dict[str, Any]) -> tuple[AgentGroup, ...]:
         for key in cluster:
