@@ -779,6 +779,32 @@ OPERATOR_BUGS = [
     ),
 ]
 
+# Highly available masters on etcd (issue 16): fencing, batching, acknowledging.
+ETCD_TESTS = ("tests/test_etcd_registry.py",)
+HA_BUGS = [
+    Bug(
+        "unguarded registry write",
+        "master/etcd_registry.py",
+        "guards = self._fence.guards() if self._fence else []",
+        "guards: list[Guard] = []",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "registry transaction over etcd's operation limit",
+        "master/etcd_registry.py",
+        "if op.key not in self.ops and len(self.ops) >= MAX_TXN_OPS:",
+        "if op.key not in self.ops and len(self.ops) >= 10 * MAX_TXN_OPS:",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "a put under a prefix deleted in the same registry transaction",
+        "master/etcd_registry.py",
+        "        if any(op.key.startswith(p) for p in self.prefixes):\n            return False\n",
+        "",
+        ETCD_TESTS,
+    ),
+]
+
 
 def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     path = Path(bug.path)
@@ -811,7 +837,7 @@ def main() -> int:
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in [*BUGS, *OPERATOR_BUGS]:
+    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS
