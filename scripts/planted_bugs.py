@@ -399,6 +399,28 @@ BUGS = [
         "            pass",
         SUPERVISOR_TESTS,
     ),
+    # Batches on the agent's stream (issue 15): asked for, read, and sent only once told.
+    Bug(
+        "agent: batched events from the master are dropped",
+        "agent/_wire.py",
+        "        return [event_from_proto(event) for event in msg.batch.events]",
+        "        return []",
+        ("tests/test_agent_gateway.py",),
+    ),
+    Bug(
+        "agent: sends batches to a master that did not say it reads them",
+        "agent/agent.py",
+        "            if not reads_batches or len(calls) == 1:",
+        "            if len(calls) == 1:",
+        ("tests/test_agent_gateway.py",),
+    ),
+    Bug(
+        "stream writer: a busy stream does not linger",
+        "mesolite/stream_writer.py",
+        "            if linger > 0:\n                await self._linger(",
+        "            if False:\n                await self._linger(",
+        ("tests/test_stream_writer.py",),
+    ),
     # Authentication (issue 11): each a way in without a principal, or a wrong principal.
     Bug(
         "the gRPC port does not require client certificates",
