@@ -81,11 +81,7 @@ class StatusUpdateHandling(MasterCore):
         else:
             if status.update_id not in task.applied_updates:
                 self._apply(agent_id, task, status)
-            if (
-                latest_state is not None
-                and latest_state.is_terminal
-                and not task.state.is_terminal
-            ):
+            if latest_state is not None and latest_state.is_terminal and not task.state.is_terminal:
                 self._end_early(task, latest_state)
         if task.status is not status:  # applied before this call: the agent retried it
             self.metrics.update_retried()
