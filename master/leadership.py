@@ -17,8 +17,9 @@ import json
 from dataclasses import dataclass
 from typing import Protocol
 
-# The trailing metadata key of an UNAVAILABLE from a standby: the leader's gRPC address.
-LEADER_METADATA = "mesolite-leader"
+from mesolite.masters import LEADER_METADATA
+
+__all__ = ["LEADER_METADATA", "Leadership", "MasterAddress", "SoleLeadership"]
 
 
 @dataclass(frozen=True, slots=True)
