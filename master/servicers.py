@@ -185,7 +185,7 @@ async def _send_out(
     `wrap` if the peer asked for them (`alone`: never batched). What the messages
     acknowledge is on disk before they go out."""
     async for messages in outbox.drain_batches(BATCH_EVENTS):
-        master.registry.flush()
+        await master.registry.durable()
         events = map(to_wire, messages)
         for event in in_batches(events, wrap, alone) if batches else events:
             yield event
