@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mesolite.master import messages as msg
+from mesolite.master.errors import MasterError
 from mesolite.master.offers import InvalidTask
 from mesolite.model import FrameworkInfo, Offer, StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import InvalidResources, Resources
@@ -49,12 +50,12 @@ MULTI_ROLE = _CAPABILITY.MULTI_ROLE
 _PARTITION_STATES = frozenset({TaskState.UNREACHABLE, TaskState.DROPPED, TaskState.GONE})
 
 
-class ConvertError(ValueError):
+class ConvertError(MasterError, ValueError):
     """What a framework sent that mesolite cannot take (the reason, for people)."""
 
 
 @dataclass(frozen=True, slots=True)
-class Framework:
+class MesosFramework:
     """A SUBSCRIBE's FrameworkInfo: what the core takes, and what the front door keeps."""
 
     info: FrameworkInfo
@@ -63,7 +64,7 @@ class Framework:
     multi_role: bool
 
 
-def framework_from_mesos(info: mesos_pb2.FrameworkInfo) -> Framework:
+def framework_from_mesos(info: mesos_pb2.FrameworkInfo) -> MesosFramework:
     capabilities = {c.type for c in info.capabilities}
     multi_role = MULTI_ROLE in capabilities
     if multi_role:
@@ -79,7 +80,7 @@ def framework_from_mesos(info: mesos_pb2.FrameworkInfo) -> Framework:
     timeout = info.failover_timeout
     if not math.isfinite(timeout):
         raise ConvertError(f"failover_timeout {timeout} is not a number of seconds")
-    return Framework(
+    return MesosFramework(
         FrameworkInfo(
             name=info.name,
             role=role,

@@ -4,10 +4,12 @@ to back with nothing between them."""
 
 from __future__ import annotations
 
+from mesolite.master.errors import MasterError
+
 MAX_LENGTH_DIGITS = 20  # a 64-bit unsigned length
 
 
-class RecordIOError(ValueError):
+class RecordIOError(MasterError, ValueError):
     """Bytes that are not RecordIO."""
 
 

@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError, Message
 
 from mesolite.master import validation
+from mesolite.master.errors import MasterError
 from mesolite.master.mesos_api import media
 from mesolite.v1.mesos import scheduler_pb2
 
@@ -29,7 +30,7 @@ MAX_OPERATIONS = 64  # operations in one ACCEPT
 MAX_LIST = validation.MAX_IDS_PER_CALL  # any other list in a call: ids, roles, requests
 
 
-class BadCall(ValueError):
+class BadCall(MasterError, ValueError):
     """A body that is not a Call, or one past a bound: 400, with Mesos' wording."""
 
 
