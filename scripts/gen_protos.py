@@ -22,7 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROTOS = ROOT / "protos"
-PACKAGES = (Path("mesolite") / "v1", Path("mesolite") / "etcdv3")
+PACKAGES = (Path("mesolite") / "v1", Path("mesolite") / "v1" / "mesos", Path("mesolite") / "etcdv3")
 
 
 def generate(out: Path, package: Path) -> None:
