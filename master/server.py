@@ -132,6 +132,7 @@ class MasterServer:
         master.registry.defer_commits(loop.call_soon)
         master.registry.write_observer = master.metrics.registry_write.observe
         master.metrics.watch_leadership(self.leadership)
+        master.leadership = self.leadership
         cfg = self.config
         self._grpc = grpc_utils.create_server(
             interceptors=[authn.interceptor(), LeadershipInterceptor(self.leadership)],

@@ -17,13 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from mesolite.errors import MesoliteError
+
 # The trailing metadata key of an UNAVAILABLE from a standby: the leader's gRPC address.
 LEADER_METADATA = "mesolite-leader"
 QUICK_RETRY = 0.05  # seconds before trying the next master of the list
 MAX_MASTERS = 16
 
 
-class MasterListError(ValueError):
+class MasterListError(MesoliteError, ValueError):
     """A `--master` value that is not HOST:PORT[,HOST:PORT...]."""
 
 

@@ -174,7 +174,7 @@ async def refused_with_leader(address: str) -> str | None:
         except grpc.aio.AioRpcError as e:
             if e.code() != grpc.StatusCode.UNAVAILABLE:
                 return None
-            return dict(e.trailing_metadata() or ()).get(LEADER_METADATA, "")
+            return str(dict(e.trailing_metadata() or ()).get(LEADER_METADATA, ""))
         except TimeoutError:
             return None
         finally:
