@@ -23,7 +23,9 @@ __all__ = [
     "KillTask",
     "LaunchTask",
     "Registered",
+    "batch_call",
     "event_from_proto",
+    "events_from_proto",
     "heartbeat_call",
     "register_call",
     "status_update_call",
@@ -42,12 +44,19 @@ class InvalidLaunch:
 Event = Registered | LaunchTask | InvalidLaunch | KillTask | Acknowledge
 
 
+def events_from_proto(msg: agent_pb2.AgentEvent) -> list[Event | None]:
+    """The events in `msg`, in order: those of a batch, or the one it is."""
+    if msg.WhichOneof("event") == "batch":
+        return [event_from_proto(event) for event in msg.batch.events]
+    return [event_from_proto(msg)]
+
+
 def event_from_proto(msg: agent_pb2.AgentEvent) -> Event | None:
     """The event in `msg`, or None for an empty or unknown one."""
     kind = msg.WhichOneof("event")
     if kind == "registered":
         r = msg.registered
-        return Registered(r.agent_id, r.heartbeat_interval_seconds)
+        return Registered(r.agent_id, r.heartbeat_interval_seconds, r.batches)
     if kind == "launch_task":
         launch = msg.launch_task
         try:
@@ -84,8 +93,14 @@ def register_call(
             tasks=[convert.running_task_to_proto(t) for t in tasks],
             isolation=isolation,
             task_user=task_user,
+            batches=True,
         )
     )
+
+
+def batch_call(calls: list[agent_pb2.AgentCall]) -> agent_pb2.AgentCall:
+    """Several calls in one message (only once the master said it reads them)."""
+    return agent_pb2.AgentCall(batch=agent_pb2.AgentCall.Batch(calls=calls))
 
 
 def heartbeat_call(usage: Iterable[TaskUsage] = ()) -> agent_pb2.AgentCall:

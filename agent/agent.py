@@ -84,15 +84,19 @@ from mesolite.agent.errors import AgentError, AgentRegistrationError
 from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
+from mesolite.masters import QUICK_RETRY, MasterList, leader_hint, parse_masters
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
-from mesolite.v1 import agent_pb2_grpc
+from mesolite.stream_writer import in_batches
+from mesolite.v1 import agent_pb2, agent_pb2_grpc
 
 log = structlog.get_logger(__name__)
 
 # Used when the master's `registered` carries no usable interval.
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 _OUTBOX_SIZE = 256
+# A busy stream waits this long after a write for more calls to send in one batch.
+_LINGER = 0.02
 _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end the stream
 # The master refused this agent: registering again the same way cannot succeed.
 _REFUSED = frozenset(
@@ -113,6 +117,7 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self._master = config.master
+        self._masters = MasterList(parse_masters(config.master))  # HA: h1:5050,h2:5050
         self._total = config.resources
         self._hostname = config.hostname
         self._address = config.address
@@ -272,7 +277,7 @@ class Agent:
             # own reconnect backoff has passed, and each such failure would cost another
             # of our delays (agents came back after a master restart only after the
             # re-registration window had closed, and lost their tasks).
-            channel = create_channel(self._master, self.config.tls, self.config.token)
+            channel = create_channel(self._masters.current, self.config.tls, self.config.token)
             stub = agent_pb2_grpc.AgentGatewayStub(channel)
             session = asyncio.create_task(self._session(stub), name="mesolite-agent-stream")
             stopping = asyncio.create_task(self._stopping.wait())
@@ -291,10 +296,19 @@ class Agent:
             end = session.result()
             if end.registered:
                 failures = 0
+                self._masters.connected()
             await self._after_stream(end)
-            delay = self._reconnect.delay(failures)
-            failures += 1
-            log.info("reconnecting to the master", agent_id=self._agent_id, delay=round(delay, 3))
+            if self._masters.failed(end.leader):
+                delay = self._reconnect.delay(failures)
+                failures += 1
+            else:
+                delay = QUICK_RETRY  # the leader a standby named, or the next master
+            log.info(
+                "reconnecting to the master",
+                agent_id=self._agent_id,
+                master=self._masters.current,
+                delay=round(delay, 3),
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stopping.wait()
@@ -350,7 +364,16 @@ class Agent:
         call = stub.Connect()
         outbox = Outbox(_OUTBOX_SIZE)
         self._outbox = outbox
-        helpers = [asyncio.create_task(outbox.write_to(call))]
+        # Once the master says it reads batches (Registered.batches), the calls waiting
+        # together go out as one message, and a busy stream lingers to fill them.
+        reads_batches = False
+
+        def grouped(calls: list[agent_pb2.AgentCall]) -> list[agent_pb2.AgentCall]:
+            if not reads_batches or len(calls) == 1:
+                return calls
+            return list(in_batches(calls, wire.batch_call))
+
+        helpers = [asyncio.create_task(outbox.write_to(call, grouped, _LINGER))]
         registered = False
         try:
             tasks = self._registration_tasks()
@@ -374,6 +397,7 @@ class Agent:
                 return StreamEnd(grpc.StatusCode.DEADLINE_EXCEEDED, "no answer to register", False)
             if event is None:
                 return await stream_ended(call, registered)
+            reads_batches = event.batches
             await self._on_registered(event)
             registered = True
             interval = event.heartbeat_interval
@@ -383,10 +407,12 @@ class Agent:
             helpers.append(asyncio.create_task(heartbeats(outbox, interval, usage)))
             helpers.append(asyncio.create_task(self._reporter.send(outbox)))
             while (msg := await read_event(call)) is not None:
-                self._handle(wire.event_from_proto(msg))
+                for each in wire.events_from_proto(msg):
+                    self._handle(each)
             return await stream_ended(call, registered)
         except grpc.aio.AioRpcError as e:
-            return StreamEnd(e.code(), e.details() or "", registered)
+            leader = leader_hint(e.trailing_metadata())
+            return StreamEnd(e.code(), e.details() or "", registered, leader)
         finally:
             self._registered.clear()
             self._outbox = None
@@ -405,23 +431,23 @@ class Agent:
         has no confirmed identity yet to run it under.
         """
         while (message := await read_event(call)) is not None:
-            event = wire.event_from_proto(message)
-            if isinstance(event, wire.Registered) and event.agent_id:
-                return event
-            log.error(
-                "the master broke the protocol order: event before `registered`",
-                agent_id=self._agent_id,
-                got=str(event),
-            )
-            if isinstance(event, wire.LaunchTask):
-                self._reporter.report(
-                    event.framework_id,
-                    event.task.task_id,
-                    TaskState.FAILED,
-                    "launch sent before the agent was registered",
+            for event in wire.events_from_proto(message):
+                if isinstance(event, wire.Registered) and event.agent_id:
+                    return event
+                log.error(
+                    "the master broke the protocol order: event before `registered`",
+                    agent_id=self._agent_id,
+                    got=str(event),
                 )
-            elif isinstance(event, wire.KillTask | wire.Acknowledge):
-                self._handle(event)
+                if isinstance(event, wire.LaunchTask):
+                    self._reporter.report(
+                        event.framework_id,
+                        event.task.task_id,
+                        TaskState.FAILED,
+                        "launch sent before the agent was registered",
+                    )
+                elif isinstance(event, wire.KillTask | wire.Acknowledge):
+                    self._handle(event)
         return None
 
     def _registration_tasks(self) -> list[RunningTask]:

@@ -15,6 +15,7 @@ from mesolite.model import TaskSpec
 class AgentRegistered:
     agent_id: str
     heartbeat_interval: float
+    batches: bool = False  # the master reads AgentCall.batch
 
 
 @dataclass(frozen=True, slots=True)

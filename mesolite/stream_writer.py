@@ -136,13 +136,24 @@ class StreamWriter(Generic[T]):
             self._room.set()
             yield message
 
-    async def drain_batches(self, limit: int) -> AsyncIterator[list[T]]:
+    async def drain_batches(self, limit: int, linger: float = 0.0) -> AsyncIterator[list[T]]:
         """Like `drain`, but everything queued at once (at most `limit` messages) in one
         list: a writer that can put several messages in one write does fewer writes
-        the busier it is."""
+        the busier it is.
+
+        `linger` (seconds): when busy, that is when a message comes less than `linger`
+        after the last batch was taken, wait until `linger` has passed since then (or
+        `limit` messages wait, or the stream closes) before taking the next one, so that
+        a busy stream sends one fuller batch per `linger` rather than many small ones.
+        An idle stream's message goes at once."""
         if limit < 1:
             raise ValueError(f"a batch needs room for a message, got {limit}")
+        loop = asyncio.get_running_loop()
+        last = -linger
         while await self._readable_or_done():
+            if linger > 0:
+                await self._linger(last + linger, limit)
+                last = loop.time()
             messages = self._messages
             if len(messages) <= limit:
                 batch = list(messages)
@@ -152,8 +163,22 @@ class StreamWriter(Generic[T]):
             self._room.set()
             yield batch
 
+    async def _linger(self, until: float, limit: int) -> None:
+        loop = asyncio.get_running_loop()
+        while not self.closed and len(self._messages) < limit:
+            remaining = until - loop.time()
+            if remaining <= 0:
+                return
+            self._readable.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(remaining):
+                    await self._readable.wait()
+
     async def write_to(
-        self, call: WritableCall[T], group: Callable[[list[T]], list[T]] | None = None
+        self,
+        call: WritableCall[T],
+        group: Callable[[list[T]], list[T]] | None = None,
+        linger: float = 0.0,
     ) -> None:
         """Be a client stream's one writer: write the messages to `call` in order, then
         half-close it, so that the other side sees this side leave, not a broken stream.
@@ -163,9 +188,10 @@ class StreamWriter(Generic[T]):
         A failed write means the stream can carry nothing more: the messages after it
         are discarded (so that no `put` waits on a queue nobody empties) and the stream
         is not half-closed. The call's reader learns from its status how it ended.
+        `linger`: see `drain_batches` (with `group` only).
         """
         failed = False
-        batches = self.drain_batches(_GROUPED) if group else _singly(self.drain())
+        batches = self.drain_batches(_GROUPED, linger) if group else _singly(self.drain())
         async for messages in batches:
             if failed:
                 continue

@@ -399,6 +399,28 @@ BUGS = [
         "            pass",
         SUPERVISOR_TESTS,
     ),
+    # Batches on the agent's stream (issue 15): asked for, read, and sent only once told.
+    Bug(
+        "agent: batched events from the master are dropped",
+        "agent/_wire.py",
+        "        return [event_from_proto(event) for event in msg.batch.events]",
+        "        return []",
+        ("tests/test_agent_gateway.py",),
+    ),
+    Bug(
+        "agent: sends batches to a master that did not say it reads them",
+        "agent/agent.py",
+        "            if not reads_batches or len(calls) == 1:",
+        "            if len(calls) == 1:",
+        ("tests/test_agent_gateway.py",),
+    ),
+    Bug(
+        "stream writer: a busy stream does not linger",
+        "mesolite/stream_writer.py",
+        "            if linger > 0:\n                await self._linger(",
+        "            if False:\n                await self._linger(",
+        ("tests/test_stream_writer.py",),
+    ),
     # Authentication (issue 11): each a way in without a principal, or a wrong principal.
     Bug(
         "the gRPC port does not require client certificates",
@@ -779,6 +801,32 @@ OPERATOR_BUGS = [
     ),
 ]
 
+# Highly available masters on etcd (issue 16): fencing, batching, acknowledging.
+ETCD_TESTS = ("tests/test_etcd_registry.py",)
+HA_BUGS = [
+    Bug(
+        "unguarded registry write",
+        "master/etcd_registry.py",
+        "guards = self._fence.guards() if self._fence else []",
+        "guards: list[Guard] = []",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "registry transaction over etcd's operation limit",
+        "master/etcd_registry.py",
+        "if op.key not in self.ops and len(self.ops) >= MAX_TXN_OPS:",
+        "if op.key not in self.ops and len(self.ops) >= 10 * MAX_TXN_OPS:",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "a put under a prefix deleted in the same registry transaction",
+        "master/etcd_registry.py",
+        "        if any(op.key.startswith(p) for p in self.prefixes):\n            return False\n",
+        "",
+        ETCD_TESTS,
+    ),
+]
+
 # The simulator (issue 18): it must run the real core in virtual time, and ask for what
 # each policy's frameworks would ask for.
 SIM_TESTS = ("tests/test_simulator.py",)
@@ -831,7 +879,7 @@ def main() -> int:
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in [*BUGS, *OPERATOR_BUGS, *SIM_BUGS]:
+    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *SIM_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS

@@ -39,6 +39,7 @@ UNIT = {
     "test_fair_share.py",
     "test_fairness_properties.py",
     "test_master_core.py",
+    "test_mesos_core.py",
     "test_policies.py",
     "test_policy_properties.py",
     "test_resources.py",

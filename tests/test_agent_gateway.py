@@ -62,6 +62,9 @@ class FakeMaster(agent_pb2_grpc.AgentGatewayServicer):
         self.streams: list[Stream] = []
         self.updates: list[Received] = []
         self.heartbeats = 0
+        # Says it reads batches (Registered.batches), and sends a test's events batched.
+        self.batches = False
+        self.batched_calls = 0  # calls that came inside an AgentCall.batch
         self._ids = itertools.count(1)
 
     # The servicer.
@@ -84,7 +87,9 @@ class FakeMaster(agent_pb2_grpc.AgentGatewayServicer):
         await context.write(
             agent_pb2.AgentEvent(
                 registered=agent_pb2.AgentEvent.Registered(
-                    agent_id=agent_id, heartbeat_interval_seconds=self.heartbeat_interval
+                    agent_id=agent_id,
+                    heartbeat_interval_seconds=self.heartbeat_interval,
+                    batches=self.batches,
                 )
             )
         )
@@ -92,6 +97,17 @@ class FakeMaster(agent_pb2_grpc.AgentGatewayServicer):
         try:
             while True:
                 item = await stream.outbox.get()
+                if self.batches and not isinstance(item, _End) and not stream.outbox.empty():
+                    # What waits goes as one batch, up to an end of the stream.
+                    events = [item]
+                    while not stream.outbox.empty() and not isinstance(item, _End):
+                        item = stream.outbox.get_nowait()
+                        if not isinstance(item, _End):
+                            events.append(item)
+                    batch = agent_pb2.AgentEvent.Batch(events=events)
+                    await context.write(agent_pb2.AgentEvent(batch=batch))
+                    if not isinstance(item, _End):
+                        continue
                 if isinstance(item, _End):
                     if item.code is not None:
                         await context.abort(item.code, item.details)
@@ -107,15 +123,25 @@ class FakeMaster(agent_pb2_grpc.AgentGatewayServicer):
         stream.outbox.put_nowait(_End(None, ""))
 
     async def _record(self, request_iterator: Any, stream: Stream) -> None:
-        async for call in request_iterator:
-            kind = call.WhichOneof("call")
-            if kind == "heartbeat":
-                self.heartbeats += 1
-            elif kind == "status_update":
-                status = convert.status_from_proto(call.status_update.status)
-                self.updates.append(Received(stream.index, status))
-                if self.should_ack(status):
-                    self.ack(status, stream)
+        async for message in request_iterator:
+            if message.WhichOneof("call") == "batch":
+                assert self.batches, "a batch sent to a master that did not say it reads them"
+                self.batched_calls += len(message.batch.calls)
+                calls = list(message.batch.calls)
+            else:
+                calls = [message]
+            for call in calls:
+                self._record_one(call, stream)
+
+    def _record_one(self, call: agent_pb2.AgentCall, stream: Stream) -> None:
+        kind = call.WhichOneof("call")
+        if kind == "heartbeat":
+            self.heartbeats += 1
+        elif kind == "status_update":
+            status = convert.status_from_proto(call.status_update.status)
+            self.updates.append(Received(stream.index, status))
+            if self.should_ack(status):
+                self.ack(status, stream)
 
     # What tests do with it.
 
@@ -541,3 +567,22 @@ async def test_ended_task_is_reregistered_until_its_end_is_acknowledged(
         ("next", TaskState.RUNNING),
         ("done", TaskState.FINISHED),
     ]
+
+
+async def test_with_a_master_that_reads_batches_it_reads_and_sends_them(
+    master: FakeMaster, start_agent: StartAgent
+) -> None:
+    master.batches = True
+    await start_agent()
+    assert master.stream.register.batches  # it asked for batched events
+    ids = [f"b{i}" for i in range(12)]  # 64 MB each, of 1024
+    for task_id in ids:  # written to the agent as one batch of launches
+        master.launch(task(task_id, "true", cpus=0.05))
+    for task_id in ids:
+        await master.wait_state(task_id, TaskState.FINISHED)
+    # Twelve tasks reported at once: their updates went out batched, and the batched
+    # acknowledgements were read (nothing was re-sent for want of one).
+    assert master.batched_calls >= len(ids)
+    assert all(
+        master.states(t) == [TaskState.STARTING, TaskState.RUNNING, TaskState.FINISHED] for t in ids
+    )

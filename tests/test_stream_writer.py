@@ -161,3 +161,42 @@ def test_in_batches_wraps_runs_within_the_size_and_leaves_alone_what_must_be() -
     out = in_batches(messages, wrap, alone=lambda m: m.name == "first", limit_bytes=40)
     assert [m.name for m in out] == ["first", "a+b", "big", "c+d"]
     assert [m.name for m in in_batches([Sized("x")], wrap)] == ["x"]
+
+
+async def test_an_idle_stream_does_not_linger() -> None:
+    writer: StreamWriter[int] = StreamWriter(100)
+    batches = writer.drain_batches(limit=100, linger=30.0)
+    writer.send(0)
+    async with asyncio.timeout(5):  # far below the linger
+        assert await anext(batches) == [0]
+
+
+async def test_a_busy_stream_lingers_to_fill_its_next_batch() -> None:
+    writer: StreamWriter[int] = StreamWriter(100)
+    batches = writer.drain_batches(limit=100, linger=0.2)
+    writer.send(0)
+    assert await anext(batches) == [0]
+    writer.send(1)  # right after a batch was taken: the writer is busy
+    taking = asyncio.ensure_future(anext(batches))
+    for _ in range(5):
+        await asyncio.sleep(0)  # the writer runs, and finds one message waiting
+    writer.send(2)
+    writer.send(3)
+    async with asyncio.timeout(5):
+        assert await taking == [1, 2, 3]
+
+
+async def test_lingering_ends_when_the_batch_is_full_or_the_stream_closes() -> None:
+    writer: StreamWriter[int] = StreamWriter(100)
+    batches = writer.drain_batches(limit=2, linger=30.0)
+    writer.send(0)
+    assert await anext(batches) == [0]
+    writer.send(1)
+    writer.send(2)
+    async with asyncio.timeout(5):
+        assert await anext(batches) == [1, 2]  # full: no waiting for the linger
+        writer.send(3)
+        taking = asyncio.ensure_future(anext(batches))
+        await asyncio.sleep(0)
+        writer.close()
+        assert await taking == [3]
