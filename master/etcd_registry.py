@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote
 
 import structlog
 
-from mesolite.master.errors import MasterError
+from mesolite.master.errors import RegistryFenced
 from mesolite.master.etcd_client import (
     MAX_TXN_BYTES,
     MAX_TXN_OPS,
@@ -55,10 +55,6 @@ from mesolite.resources import Resources
 log = structlog.get_logger(__name__)
 
 SCHEMA_VERSION = 1
-
-
-class RegistryFenced(MasterError):
-    """This master is no longer the leader: etcd refused its guarded write."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from mesolite.master.effects import RegistryStore
+from mesolite.master.errors import RegistryFenced
 from mesolite.master.etcd_client import (
     MAX_TXN_OPS,
     Delete,
@@ -19,7 +20,7 @@ from mesolite.master.etcd_client import (
     Put,
     prefix_end,
 )
-from mesolite.master.etcd_registry import EtcdRegistry, Fence, RegistryFenced, split
+from mesolite.master.etcd_registry import EtcdRegistry, Fence, split
 from mesolite.master.registry import FrameworkEntry, Registry, RegistryError
 from mesolite.model import TaskSpec
 from mesolite.resources import Resources

@@ -14,6 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
+from mesolite.master.leadership import MasterAddress
 from mesolite.master.mesos_api import convert, media, recordio, wire
 from mesolite.master.mesos_api.endpoint import MAX_BODY
 from mesolite.master.offers import InvalidTask
@@ -187,11 +188,14 @@ async def test_a_non_leader_redirects_to_the_leader(
     cluster: LocalCluster, session: aiohttp.ClientSession
 ) -> None:
     class Follower:
-        def is_leader(self) -> bool:
+        def is_leading(self) -> bool:
             return False
 
-        def leader_http_address(self) -> str | None:
-            return "10.0.0.9:5051"
+        def leader(self) -> MasterAddress | None:
+            return MasterAddress("m2", "10.0.0.9:5050", "http://10.0.0.9:5051")
+
+        def standbys(self) -> list[MasterAddress]:
+            return []
 
     cluster.master.leadership = Follower()
     async with session.post(

@@ -29,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
 
 import structlog
 from aiohttp import web
@@ -69,15 +68,6 @@ _REQUIRED = {
     Call.MESSAGE: "message",
     Call.REQUEST: "request",
 }
-
-
-class Leadership(Protocol):
-    """What the endpoint asks of the master's leadership (HA): whether this master
-    leads, and where the leader's HTTP port is ("host:port"), if known."""
-
-    def is_leader(self) -> bool: ...
-
-    def leader_http_address(self) -> str | None: ...
 
 
 def _text(status: int, text: str, **headers: str) -> web.Response:
@@ -139,12 +129,13 @@ class SchedulerEndpoint:
             await task
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        leadership: Leadership | None = getattr(self._master, "leadership", None)
-        if leadership is not None and not leadership.is_leader():
-            leader = leadership.leader_http_address()
+        leadership = self._master.leadership  # master/leadership.py (HA masters: issue 16)
+        if not leadership.is_leading():
+            leader = leadership.leader()
             if leader is None:
                 return _text(503, "No leading master")
-            return _text(307, "Not the leading master", Location=f"//{leader}{PATH}")
+            where = leader.http.partition("://")[2] or leader.http
+            return _text(307, "Not the leading master", Location=f"//{where}{PATH}")
         if request.method != "POST":
             return _text(
                 405, f"Expecting one of {{ 'POST' }}, but received '{request.method}'", Allow="POST"
