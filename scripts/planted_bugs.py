@@ -896,13 +896,91 @@ def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     return result.returncode != 0, time.monotonic() - started, "\n        ".join(failed)
 
 
+# The Mesos scheduler HTTP API (issue 17): its status codes, framing, semantics, bounds.
+MESOS_TESTS = ("tests/test_mesos_api.py", "tests/test_mesos_core.py")
+MESOS_BUGS = [
+    Bug(
+        "mesos: a call with a stale stream id is carried out",
+        "master/mesos_api/endpoint.py",
+        "if stream_id != subscription.stream_id:",
+        "if stream_id is None:",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: a call for another principal's framework is carried out",
+        "master/mesos_api/endpoint.py",
+        "if framework.principal != principal:",
+        "if False:",
+        ("tests/test_mesos_api.py",),
+    ),
+    Bug(
+        "mesos: a record's length counts characters, not bytes",
+        "master/mesos_api/recordio.py",
+        'return b"%d\\n%b" % (len(record), record)',
+        'return b"%d\\n%b" % (len(record.decode(errors="replace")), record)',
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: the task bound is checked after converting the tasks",
+        "master/mesos_api/wire.py",
+        "    if problem := _json_bounds(document):\n        raise BadCall(problem)\n",
+        "",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: one bad task fails the whole accept",
+        "master/offers.py",
+        "self._task_error(framework_id, agent_id, task.task_id, why)\n                continue",
+        "self._invalid_offers(framework, offer_ids, tasks, why)\n                return",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: partition states reach frameworks that are not partition-aware",
+        "master/mesos_api/convert.py",
+        "if state in _PARTITION_STATES and not partition_aware:",
+        "if state in _PARTITION_STATES and partition_aware:",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: negative refuse_seconds taken as given",
+        "master/mesos_api/convert.py",
+        "    if not value >= 0:  # negative, or NaN\n",
+        "    if value != value:  # NaN\n",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: KILL of an unknown task is ignored",
+        "master/status_updates.py",
+        "        self.reconcile(framework_id, [task_id])\n",
+        "",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: an idle calls connection is not held open",
+        "mesolite/http_serving.py",
+        "        protocol._next_keepalive_close_time = until  # type: ignore[attr-defined]",
+        "        pass",
+        (
+            "tests/test_mesos_pymesos.py::test_an_idle_subscription_and_calls_connection_outlive_100_seconds",
+        ),
+    ),
+    Bug(
+        "mesos: tasks do not see MESOS_TASK_ID",
+        "agent/_task_env.py",
+        "        MESOS_TASK_ID=task_id,\n",
+        "",
+        ("tests/test_mesos_api.py::test_recordio_stream_and_event_shapes",),
+    ),
+]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="substrings of bug names")
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS]:
+    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *MESOS_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS

@@ -63,13 +63,16 @@ def regenerated_http_parser(pip: list[str | Path], work: Path) -> Path:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("venv", nargs="?", type=Path, default=ROOT / ".venv-pymesos")
+    parser.add_argument(
+        "--no-python310", action="store_true", help="use this Python (and rebuild http-parser)"
+    )
     args = parser.parse_args()
     venv: Path = args.venv.resolve()
     python = venv / "bin" / "python"
     if works(python):
         print(python)
         return 0
-    base = python310()
+    base = None if args.no_python310 else python310()
     shutil.rmtree(venv, ignore_errors=True)
     run(base or sys.executable, "-m", "venv", venv)
     pip: list[str | Path] = [python, "-m", "pip"]

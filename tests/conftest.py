@@ -51,6 +51,7 @@ UNIT = {
 SLOW = {
     "test_fault_injection.py",
     "test_master_restart.py",
+    "test_mesos_pymesos.py",
     "test_restart_workload.py",
     "test_ui_browser.py",
 }

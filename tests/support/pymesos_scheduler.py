@@ -7,7 +7,8 @@
 It launches `--tasks` command tasks of <cpus, mem> as offers allow, declines what it
 cannot use, and prints one JSON line per thing it sees (registered, offers, update,
 heartbeat, error, disconnected). It reads commands from stdin, one per line:
-`reconcile [TASK_ID ...]`, `kill TASK_ID`, `stop` (TEARDOWN, then exit).
+`reconcile [TASK_ID ...]`, `kill TASK_ID`, `stop` (TEARDOWN, then exit); or, with
+`--until-done`, tears down once every task has ended.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import threading
 from pymesos import MesosSchedulerDriver, Scheduler
 
 _print_lock = threading.Lock()
+TERMINAL = {"TASK_FINISHED", "TASK_FAILED", "TASK_KILLED", "TASK_LOST", "TASK_ERROR"}
 
 
 def emit(**fields):
@@ -37,7 +39,9 @@ class Launcher(Scheduler):
     def __init__(self, args):
         self.args = args
         self.launched = 0
+        self.ended = set()
         self.lock = threading.Lock()
+        self.all_ended = threading.Event()
 
     def registered(self, driver, framework_id, master_info):
         emit(event="registered", framework_id=framework_id["value"])
@@ -53,7 +57,12 @@ class Launcher(Scheduler):
             mem = scalar(offer["resources"], "mem")
             tasks = []
             with self.lock:
-                while self.launched < a.tasks and cpus >= a.cpus and mem >= a.mem:
+                while (
+                    self.launched < a.tasks
+                    and len(tasks) < a.per_offer
+                    and cpus >= a.cpus
+                    and mem >= a.mem
+                ):
                     self.launched += 1
                     cpus -= a.cpus
                     mem -= a.mem
@@ -70,7 +79,7 @@ class Launcher(Scheduler):
                         }
                     )
             if tasks:
-                driver.launchTasks(offer["id"], tasks, {"refuse_seconds": 0.5})
+                driver.launchTasks(offer["id"], tasks, {"refuse_seconds": a.refuse_seconds})
                 emit(event="launched", tasks=[t["task_id"]["value"] for t in tasks])
             else:
                 driver.declineOffer(offer["id"], {"refuse_seconds": a.refuse_seconds})
@@ -89,6 +98,10 @@ class Launcher(Scheduler):
             agent_id=update.get("agent_id", {}).get("value"),
             uuid="uuid" in update,
         )
+        if update["state"] in TERMINAL:
+            self.ended.add(update["task_id"]["value"])
+            if len(self.ended) >= self.args.tasks:
+                self.all_ended.set()
 
     def processHeartBeat(self, driver):
         emit(event="heartbeat")
@@ -110,12 +123,17 @@ def main():
     parser.add_argument("--mem", type=float, default=32.0)
     parser.add_argument("--command", default="true")
     parser.add_argument("--refuse-seconds", type=float, default=1.0)
+    parser.add_argument("--per-offer", type=int, default=1000, help="most tasks per offer")
+    parser.add_argument(
+        "--until-done", action="store_true", help="tear down once every task has ended"
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     framework = {"user": "", "name": args.name, "role": args.role, "failover_timeout": 60}
-    driver = MesosSchedulerDriver(Launcher(args), framework, args.master, use_addict=False)
+    scheduler = Launcher(args)
+    driver = MesosSchedulerDriver(scheduler, framework, args.master, use_addict=False)
     driver.start()
-    for line in sys.stdin:
+    for line in [] if args.until_done else sys.stdin:
         words = line.split()
         if not words:
             continue
@@ -126,6 +144,8 @@ def main():
         elif words[0] == "stop":
             break
         emit(event="done", command=words[0])
+    if args.until_done:
+        scheduler.all_ended.wait()
     driver.stop()  # not a failover: pymesos sends TEARDOWN
     driver.join()
     emit(event="stopped")
