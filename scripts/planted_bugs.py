@@ -803,6 +803,7 @@ OPERATOR_BUGS = [
 
 # Highly available masters on etcd (issue 16): fencing, batching, acknowledging.
 ETCD_TESTS = ("tests/test_etcd_registry.py",)
+HA_TESTS = ("tests/test_ha_edges.py", "tests/test_ha_masters.py")
 HA_BUGS = [
     Bug(
         "unguarded registry write",
@@ -824,6 +825,48 @@ HA_BUGS = [
         "        if any(op.key.startswith(p) for p in self.prefixes):\n            return False\n",
         "",
         ETCD_TESTS,
+    ),
+    Bug(
+        "acknowledged before the registry write is durable",
+        "master/servicers.py",
+        "            await master.registry.durable()\n",
+        "            pass\n",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby's HTTP serves instead of redirecting to the leader",
+        "master/ha.py",
+        "        if leadership.is_leading():\n            return await handler(request)",
+        "        if True:\n            return await handler(request)",
+        HA_TESTS,
+    ),
+    Bug(
+        "a master that does not lead takes gRPC calls",
+        "master/ha.py",
+        "        if not self._leadership.is_leading():\n            return self._refuse",
+        "        if False:\n            return self._refuse",
+        HA_TESTS,
+    ),
+    Bug(
+        "a leader's term outlives its lease on its own clock",
+        "master/election.py",
+        "not self.lost.is_set() and self._clock() < self._deadline",
+        "not self.lost.is_set()",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby names no leader",
+        "master/ha.py",
+        "        ((LEADER_METADATA, leader.grpc),),",
+        "        (),",
+        HA_TESTS,
+    ),
+    Bug(
+        "a deposed leader's streams go on sending",
+        "master/servicers.py",
+        "        if not leading():\n            outbox.close",
+        "        if False:\n            outbox.close",
+        HA_TESTS,
     ),
 ]
 
