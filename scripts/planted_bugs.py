@@ -803,6 +803,7 @@ OPERATOR_BUGS = [
 
 # Highly available masters on etcd (issue 16): fencing, batching, acknowledging.
 ETCD_TESTS = ("tests/test_etcd_registry.py",)
+HA_TESTS = ("tests/test_ha_edges.py", "tests/test_ha_masters.py")
 HA_BUGS = [
     Bug(
         "unguarded registry write",
@@ -824,6 +825,68 @@ HA_BUGS = [
         "        if any(op.key.startswith(p) for p in self.prefixes):\n            return False\n",
         "",
         ETCD_TESTS,
+    ),
+    Bug(
+        "acknowledged before the registry write is durable",
+        "master/servicers.py",
+        "            await master.registry.durable()\n",
+        "            pass\n",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby's HTTP serves instead of redirecting to the leader",
+        "master/ha.py",
+        "        if leadership.is_leading():\n            return await handler(request)",
+        "        if True:\n            return await handler(request)",
+        HA_TESTS,
+    ),
+    Bug(
+        "a master that does not lead takes gRPC calls",
+        "master/ha.py",
+        "        if not self._leadership.is_leading():\n            return self._refuse",
+        "        if False:\n            return self._refuse",
+        HA_TESTS,
+    ),
+    Bug(
+        "a leader's term outlives its lease on its own clock",
+        "master/election.py",
+        "not self.lost.is_set() and self._clock() < self._deadline",
+        "not self.lost.is_set()",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby names no leader",
+        "master/ha.py",
+        "        ((LEADER_METADATA, leader.grpc),),",
+        "        (),",
+        HA_TESTS,
+    ),
+    Bug(
+        "a deposed leader's streams go on sending",
+        "master/servicers.py",
+        "        if not leading():\n            outbox.close",
+        "        if False:\n            outbox.close",
+        HA_TESTS,
+    ),
+]
+
+# The simulator (issue 18): it must run the real core in virtual time, and ask for what
+# each policy's frameworks would ask for.
+SIM_TESTS = ("tests/test_simulator.py",)
+SIM_BUGS = [
+    Bug(
+        "sim: a task ends as it starts",
+        "mesolite/lab/sim/engine.py",
+        "                    task.group.duration, self._task_ended, agent_id, job, task,",
+        "                    0.0, self._task_ended, agent_id, job, task,",
+        SIM_TESTS,
+    ),
+    Bug(
+        "sim: slots ask for the task's own resources",
+        "mesolite/lab/sim/engine.py",
+        "        if self._slot is None:\n            return resources",
+        "        if True:\n            return resources",
+        SIM_TESTS,
     ),
 ]
 
@@ -937,7 +1000,7 @@ def main() -> int:
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *MESOS_BUGS]:
+    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *MESOS_BUGS, *SIM_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS

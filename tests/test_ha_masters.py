@@ -278,6 +278,23 @@ async def test_a_frozen_leader_is_fenced_and_does_not_lead_when_it_wakes(
 async def test_an_etcd_member_killed_costs_no_leadership_change(tmp_path: Path) -> None:
     async with ha_cluster(tmp_path, ttl=5) as (etcd, (m0, m1), http):
         await wait_for_condition_async(lambda: _named(m1.address, m0.address), 20, "m1 standby")
+
+        # The leader shows itself and the standby; the standby's HTTP points at the leader.
+        async def shows_standby() -> bool:
+            state = await m0.state(http)
+            return [m["grpc"] for m in state["standbys"]] == [m1.address]
+
+        await wait_for_condition_async(shows_standby, 10, "m0 to list m1 as standby")
+        assert (await m0.state(http))["leader"]["grpc"] == m0.address
+        standby_state = f"http://127.0.0.1:{m1.http_port}/state"
+        async with http.get(standby_state, allow_redirects=False) as r:
+            assert r.status == 307
+            assert r.headers["Location"] == f"http://127.0.0.1:{m0.http_port}/state"
+        async with http.get(f"http://127.0.0.1:{m0.http_port}/metrics") as r:
+            metrics = await r.text()
+        assert "mesolite_master_leading 1.0" in metrics
+        assert "mesolite_master_leadership_terms_total 1.0" in metrics
+        assert "mesolite_registry_write_seconds_count" in metrics
         etcd.kill(0)  # the member the masters' channels picked first
         # Writes resume: a new framework's subscription is acknowledged only once stored.
         async with running(RecordingFramework("after-kill"), f"{m0.address},{m1.address}") as f:
