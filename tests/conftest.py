@@ -46,6 +46,7 @@ UNIT = {
     "test_role_tree.py",
     "test_roles_config.py",
     "test_sdk_public_api.py",
+    "test_simulator.py",
     "test_task_usage.py",
 }
 SLOW = {

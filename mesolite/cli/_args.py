@@ -13,7 +13,7 @@ from mesolite import tls_options
 from mesolite.agent.gc_policy import GcConfig
 from mesolite.agent.isolation import MODES as ISOLATION_MODES
 from mesolite.agent.isolation import IsolationConfig
-from mesolite.cli import _workloads
+from mesolite.cli import _simulate, _workloads
 from mesolite.cli._paper import add_paper_commands
 from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
@@ -562,6 +562,7 @@ def build_parser() -> argparse.ArgumentParser:
         tls_options.add_client_options(s)
     _add_operator_commands(sub)
     _workloads.add_parsers(sub)
+    _simulate.add_parser(sub)
     return parser
 
 

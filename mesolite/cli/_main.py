@@ -67,6 +67,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_operator(args)
     if args.command == "certs":
         return run_certs(args)
+    if args.command == "simulate":
+        from mesolite.cli._simulate import run_simulate
+
+        return run_simulate(args)
     if args.command in ("run", "stop"):
         return run_workload(args) if args.command == "run" else stop_workload(args)
     if args.command != "demo":  # the demo logs to files under its work dir
