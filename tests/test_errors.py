@@ -14,6 +14,7 @@ from mesolite.errors import MesoliteError
 
 pytestmark = pytest.mark.unit
 
+
 def defined_exceptions() -> list[type[BaseException]]:
     found = []
     for info in pkgutil.walk_packages(mesolite.__path__, "mesolite."):

@@ -38,11 +38,7 @@ async def denying(tmp_path: Path) -> AsyncIterator[ServicerStreams]:
     acls = tmp_path / "acls.json"
     acls.write_text(
         json.dumps(
-            {
-                "register_frameworks": [
-                    {"principals": {"type": "ANY"}, "roles": {"values": ["a"]}}
-                ]
-            }
+            {"register_frameworks": [{"principals": {"type": "ANY"}, "roles": {"values": ["a"]}}]}
         )
     )
     master = CoreHarness(replace(CONFIG, acls_file=acls)).master

@@ -207,9 +207,10 @@ async def finished_task(cluster: LocalCluster, tls: TlsConfig | None) -> hs.Ids:
 
 
 def ended(event: scheduler_pb2.Event) -> bool:
-    return event.HasField("update") and convert.task_state_from_proto(
-        event.update.status.state
-    ).is_terminal
+    return (
+        event.HasField("update")
+        and convert.task_state_from_proto(event.update.status.state).is_terminal
+    )
 
 
 def acknowledge(status: common_pb2.TaskStatus) -> scheduler_pb2.Call:

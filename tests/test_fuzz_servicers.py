@@ -52,6 +52,7 @@ pytestmark = [pytest.mark.unit, pytest.mark.slow, fuzz_timeout(300)]
 # About 6,000 inputs: 20 s of CPU, 25 to 50 s on a loaded 2-core machine.
 CI_EXAMPLES = 1000
 
+
 class InProcessSession(FuzzSession):
     """The servicers of a core in virtual time; the steps may also run an allocation
     cycle, let time pass, or restart the master."""

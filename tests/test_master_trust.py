@@ -537,9 +537,7 @@ def test_an_acknowledgement_goes_only_to_the_frameworks_own_tasks_agent(
     acknowledgements of updates it never had, until the agent's outbox overflowed."""
     fw, agent, _ = running_task(core)
     other = core.subscribe("other", principal="team-b")
-    [update_id] = [
-        u for u in core.master.frameworks[fw.framework_id].tasks["t1"].applied_updates
-    ]
+    [update_id] = [u for u in core.master.frameworks[fw.framework_id].tasks["t1"].applied_updates]
     for framework, task_id, update in [
         (other, "t1", update_id),  # not its task
         (fw, "t1", "made-up"),  # not an update it was sent
@@ -556,9 +554,8 @@ def test_names_hold_no_control_characters(core: CoreHarness) -> None:
     """Outside review: a name with terminal escapes reached the log and the CLI raw."""
     for name in ("x\x1b]0;pwned\x07", "a\nb", "zero\u200bwidth"):
         refused(
-            Refusal.INVALID, lambda n=name: core.master.subscribe(
-                FrameworkInfo(n, "*", 0.0), RecordingPeer()
-            )
+            Refusal.INVALID,
+            lambda n=name: core.master.subscribe(FrameworkInfo(n, "*", 0.0), RecordingPeer()),
         )
     refused(Refusal.INVALID, lambda: core.add_agent(hostname="h\x1b[2J"))
 

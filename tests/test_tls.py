@@ -447,6 +447,7 @@ async def test_the_cli_trusts_only_the_masters_certificate_not_an_agents(
     """An agent's certificate is good for its host's addresses (its sandbox server), so
     one on the master's machine could answer the CLI at the master's address. The CLI
     checks for the name only the master's certificate holds (`mesolite-master`)."""
+
     async def fake_state(request: web.Request) -> web.Response:
         return web.json_response({"cluster": {"forged": True}})
 

@@ -337,9 +337,7 @@ FRESH_TASK_IDS = st.sampled_from([f"t{i}" for i in range(2, 10)])
 BAD_IDS = weighted(
     (2, st.sampled_from(("t\n", "a b", "", "a" * 201, "../t", "\x00", "é"))), (1, STRINGS)
 )
-BAD_COMMANDS = weighted(
-    (3, st.sampled_from(("", "   ", "\n", "x" * 65_537))), (1, STRINGS)
-)
+BAD_COMMANDS = weighted((3, st.sampled_from(("", "   ", "\n", "x" * 65_537))), (1, STRINGS))
 GOOD_ENVIRONMENTS = st.sampled_from(({}, {"A": "1", "PATH": "/bin"}))
 BAD_ENVIRONMENTS = weighted(
     (
@@ -368,9 +366,7 @@ def task_infos(
     broken: bool | None = None,
 ) -> common_pb2.TaskInfo:
     """A task to launch with `offered` on `agent_id`."""
-    b = Breakage(
-        draw, "task_id", "name", "command", "resources", "agent_id", "env", broken=broken
-    )
+    b = Breakage(draw, "task_id", "name", "command", "resources", "agent_id", "env", broken=broken)
     in_use = [t.task_id for t in known.tasks_of(framework_id)]
     return common_pb2.TaskInfo(
         task_id=b("task_id", FRESH_TASK_IDS, weighted((2, ids(in_use)), (1, BAD_IDS))),
@@ -574,9 +570,9 @@ ISOLATIONS = ("", "cgroups-v2", "cgroups-v1", "process-tree")
 UPDATE_IDS = st.sampled_from(("u1", "u2", "u3", "u4"))
 GOOD_FIGURES = st.sampled_from((0.0, 0.25, 1.0, 128.0))
 BAD_FIGURES = weighted((2, st.sampled_from((-1.0, math.nan, math.inf, 1e308))), (1, st.floats()))
-REASONS = weighted(
-    (3, st.just(0)), (1, st.integers(1, 2)), (1, st.integers(3, 2**31 - 1))
-).map(common_pb2.TaskStatus.Reason.ValueType)
+REASONS = weighted((3, st.just(0)), (1, st.integers(1, 2)), (1, st.integers(3, 2**31 - 1))).map(
+    common_pb2.TaskStatus.Reason.ValueType
+)
 GOOD_STATES = st.sampled_from(
     tuple(
         common_pb2.TaskState.Value(f"TASK_{s}")
@@ -639,9 +635,7 @@ def reported_tasks(
     return reported
 
 
-def _reported(
-    task: KnownTask, resources: dict[str, float], state: State
-) -> agent_pb2.RunningTask:
+def _reported(task: KnownTask, resources: dict[str, float], state: State) -> agent_pb2.RunningTask:
     info = common_pb2.TaskInfo(
         task_id=task.task_id,
         command="sleep 30",
