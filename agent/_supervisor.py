@@ -108,12 +108,13 @@ SHELL = "/bin/sh"
 SETPRIV = shutil.which("setpriv") or ""  # util-linux: the user switch of a spawned command
 # Run by /bin/sh between the supervisor's posix_spawn and the task's command (started
 # in the sandbox): into each of the task's cgroups ("0": the writing process), then exec
-# the rest (setpriv to the task's user, then the command). A step that fails says why
-# on fd 3 and ends with 127 before the command starts.
+# the rest (setpriv to the task's user, then the command). It says on fd 3 that it is
+# in its cgroup (its pid alone: the supervisor tells the agent the command is ready),
+# or why it could not get there (its pid and why), and then ends with 127.
 SHIM = (
     'while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '
     '{ echo "$$ cannot join the cgroup $1" >&3; exit 127; }; shift; done; shift; '
-    'exec "$@" 3>&-'
+    'echo "$$" >&3; exec "$@" 3>&-'
 )
 
 
@@ -312,6 +313,7 @@ class Supervisor:
         self._selector.register(self._listener, selectors.EVENT_READ, "accept")
         self._selector.register(self._wakeup_read, selectors.EVENT_READ, "reap")
         self._selector.register(self._ready_read, selectors.EVENT_READ, "ready")
+        self._selector.register(self._errors_read, selectors.EVENT_READ, "shims")
         started = time.monotonic()
         self.say("started")
         gc.freeze()  # what is here now stays shared with the wrappers forked from it
@@ -328,6 +330,8 @@ class Supervisor:
                             pass
                 elif key.data == "ready":
                     self._read_ready()
+                elif key.data == "shims":
+                    self._read_errors()
                 elif (
                     self._agent is not None
                     and key.fileobj is self._agent.sock
@@ -518,7 +522,8 @@ class Supervisor:
         self._send({"op": "spawned", "id": spawn.id, "pid": pid, "start_time": start_time})
 
     def _read_errors(self) -> None:
-        """Why spawned commands' shims could not confine them: lines of "PID REASON"."""
+        """What spawned commands' shims said: "PID" (in its cgroup: ready, told to the
+        agent) or "PID REASON" (it could not be confined, told when it is reaped)."""
         with contextlib.suppress(BlockingIOError):
             while data := os.read(self._errors_read, 1 << 16):
                 self._error_lines += data
@@ -526,8 +531,12 @@ class Supervisor:
         self._error_lines = bytearray(rest)
         for line in lines:
             pid, _, why = line.decode(errors="replace").partition(" ")
-            if pid.isdigit():
+            if not pid.isdigit():
+                self.say(f"ignored a line from a shim that is not a pid: {line!r}")
+            elif why:
                 self._errors[int(pid)] = why
+            else:
+                self._send({"op": "ready", "pid": int(pid), "command": int(pid)})
 
     def _become_wrapper(self, launch: Launch, fds: list[int]) -> None:
         """In the forked child: set up as the agent used to start the wrapper, and run it."""

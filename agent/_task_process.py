@@ -221,7 +221,9 @@ class TaskProcesses:
             t.started = time.time()
             t.state = t.live_state = TaskState.RUNNING
             await write_checkpoint(t, durable=False)  # its pid: no use after a crash
-            log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+            log.debug(
+                "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid
+            )
             self._report(t.transition(TaskState.RUNNING))
             if t.kill_requested:
                 self._start_escalation(t)
@@ -233,17 +235,25 @@ class TaskProcesses:
         return await self._outcome(t, returncode, ended_while_down=False)
 
     async def _follow_spawned(self, t: TaskRun, spawned: Spawned) -> TaskTransition:
-        """A command the supervisor started itself: it runs (in its own session, so a
-        kill may signal its group at once); follow it to its end, which the supervisor
-        tells once it is in the exit log."""
+        """A command the supervisor started itself (in its own session): RUNNING once
+        its shim is in its cgroup; followed to its end, which the supervisor tells once
+        it is in the exit log."""
+        try:
+            # Its shim says so once it is in its cgroup (or it ends without a word).
+            command = await spawned.ready
+        except SupervisorGone as e:
+            return await self._adopt(t, spawned, e)
         t.pid, t.start_time = spawned.pid, spawned.start_time
-        t.started = time.time()
-        t.state = t.live_state = TaskState.RUNNING
-        await write_checkpoint(t, durable=False)  # its pid: no use after a crash
-        log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
-        self._report(t.transition(TaskState.RUNNING))
-        if t.kill_requested:
-            self._start_escalation(t)
+        if command is not None:
+            t.started = time.time()
+            t.state = t.live_state = TaskState.RUNNING
+            await write_checkpoint(t, durable=False)  # its pid: no use after a crash
+            log.debug(
+                "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid
+            )
+            self._report(t.transition(TaskState.RUNNING))
+            if t.kill_requested:
+                self._start_escalation(t)
         status = await spawned.exited
         record: dict[str, Any] | None
         if isinstance(status, str):

@@ -8,13 +8,16 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
+import struct
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from mesolite.agent import _exit_log
+from mesolite.agent import _exit_log, _supervisor
 from mesolite.agent.isolation import IsolationConfig, Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.model import TaskState
@@ -24,8 +27,13 @@ from tests.test_agent_supervisor import (
     Recorder,
     RunnerProcess,
     alive,
+    connect,
+    read_messages,
     spec,
     waits_for_go,
+)
+from tests.test_agent_supervisor import (
+    supervisor_dir as supervisor_dir,  # the fixture: a supervisor started by hand
 )
 from tests.test_agent_supervisor import (
     work_dir as work_dir,  # the fixture, with its clean-up
@@ -139,6 +147,78 @@ async def test_ends_while_both_the_agent_and_its_supervisor_are_dead_are_not_los
     finally:
         await second.shutdown()
         second.close()
+
+
+@needs_cgroups
+async def test_a_command_whose_pid_was_not_checkpointed_is_found_in_the_exit_log(
+    work_dir: Path, recorder: Recorder, root: str
+) -> None:
+    first = await RunnerProcess.start(work_dir, [waits_for_go(4)], root)
+    os.kill(first.supervisor, signal.SIGKILL)  # no supervisor left to list it
+    await wait_for_condition(lambda: not alive(first.supervisor), what="the supervisor to die")
+    await first.sigkill()
+    # As if the agent had died before it checkpointed the command's pid.
+    checkpoint = work_dir / "meta" / FW / "t0" / "task.json"
+    record = json.loads(checkpoint.read_text())
+    command = record["pid"]
+    record.update(pid=None, pid_start_time=None, state="TASK_STARTING")
+    checkpoint.write_text(json.dumps(record))
+
+    second = make_runner(work_dir, recorder, root)
+    try:
+        await second.recover({})
+        await recorder.wait_state("t0", TaskState.RUNNING)
+        assert json.loads(checkpoint.read_text())["pid"] == command
+        go(work_dir, "t0")
+        final = await recorder.wait_final("t0")
+        assert (final.state, final.exit_code) == (TaskState.FAILED, 4), final
+    finally:
+        await second.shutdown()
+        second.close()
+
+
+def _spawn(sock: socket.socket, request: dict[str, Any]) -> None:
+    with open(os.devnull, "wb") as devnull:
+        fds = [devnull.fileno(), devnull.fileno()]
+        sock.sendmsg(
+            [_supervisor.encode(request)],
+            [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("2i", *fds))],
+        )
+
+
+def test_a_command_that_cannot_join_its_cgroup_never_runs_and_says_why(
+    supervisor_dir: Path, tmp_path: Path
+) -> None:
+    request = {
+        "op": "spawn",
+        "id": 1,
+        "run": "r1",
+        "records": str(tmp_path),
+        "cgroups": [str(tmp_path / "no-such-cgroup")],
+        "user": None,
+        "argv": ["/bin/sh", "-c", "touch ran"],
+        "env": {},
+        "cwd": str(tmp_path),
+    }
+    with connect(supervisor_dir) as sock:
+        read_messages(sock, "hello")
+        _spawn(sock, {**request, "id": 0, "cgroups": ["relative"]})  # refused: not a path
+        [refused] = read_messages(sock, "spawned")
+        assert "error" in refused and "absolute" in refused["error"]
+        _spawn(sock, request)
+        frames = _supervisor.Frames()
+        messages: list[dict[str, Any]] = []
+        while not any(m["op"] == "exited" for m in messages):
+            data = sock.recv(65536)
+            assert data, "the connection ended before the command did"
+            messages.extend(frames.feed(data))
+    [spawned] = [m for m in messages if m["op"] == "spawned"]
+    [exited] = [m for m in messages if m["op"] == "exited"]
+    assert not [m for m in messages if m["op"] == "ready"]  # it never ran
+    assert exited["pid"] == spawned["pid"] and "cannot join the cgroup" in exited["error"]
+    assert not (tmp_path / "ran").exists()
+    end = _exit_log.read(supervisor_dir).end_of(spawned["pid"], spawned["start_time"])
+    assert end is not None and "cannot join the cgroup" in end["error"]
 
 
 # The exit log itself.

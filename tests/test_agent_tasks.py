@@ -255,3 +255,19 @@ async def test_a_task_id_can_run_again_after_it_ended(
     record = checkpoint(runner, "t1")
     assert record["state"] == "TASK_RUNNING"
     assert record["run_id"] != first.run_id
+
+
+async def test_transitions_are_counted_for_one_activity_line(
+    runner: TaskRunner, recorder: Recorder
+) -> None:
+    for task_id, command in (("a", "exit 0"), ("b", "exit 0"), ("c", "exit 2")):
+        runner.launch(FW, task(task_id, command))
+    for task_id in "abc":
+        await recorder.wait_final(task_id)
+    assert runner.take_activity() == {
+        "tasks_starting": 3,
+        "tasks_running": 3,
+        "tasks_finished": 2,
+        "tasks_failed": 1,
+    }
+    assert runner.take_activity() == {}  # counted again from nothing
