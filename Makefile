@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+PYMESOS := .venv-pymesos/bin/python
 
-.PHONY: demo test test-fast lint protos schema sdk-reference clean mutation
+.PHONY: demo test test-fast lint protos schema sdk-reference clean mutation pymesos-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,8 +18,16 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/mesolite demo
 
-test: $(STAMP) lint
+test: $(STAMP) lint $(PYMESOS)
 	$(PY) -m pytest
+
+# Unmodified pymesos 0.3.15 in a venv of its own (Python 3.10, or this Python with
+# http-parser's C regenerated): tests/test_mesos_pymesos.py runs Mesos frameworks with it.
+$(PYMESOS): scripts/pymesos_venv.py
+	$(PYTHON) scripts/pymesos_venv.py .venv-pymesos
+	touch $(PYMESOS)
+
+pymesos-venv: $(PYMESOS)
 
 # The unit layer only (tests/conftest.py), less its few slow tests: under 30 s.
 test-fast: $(STAMP)
@@ -55,4 +64,4 @@ sdk-reference: $(STAMP)
 	$(PY) scripts/gen_sdk_reference.py
 
 clean:
-	rm -rf $(VENV) work-dirs build *.egg-info mutants mutants.log
+	rm -rf $(VENV) .venv-pymesos work-dirs build *.egg-info mutants mutants.log

@@ -17,6 +17,7 @@ import grpc.aio
 import structlog
 
 from mesolite.agent import _wire as wire
+from mesolite.masters import leader_hint
 from mesolite.model import TaskUsage
 from mesolite.stream_writer import StreamWriter
 from mesolite.v1 import agent_pb2
@@ -32,6 +33,7 @@ class StreamEnd:
     code: grpc.StatusCode
     details: str
     registered: bool  # whether the master had answered `registered` on this stream
+    leader: str | None = None  # the leader a standby master named (`mesolite.masters`)
 
 
 async def read_event(call: Any) -> agent_pb2.AgentEvent | None:
@@ -40,7 +42,8 @@ async def read_event(call: Any) -> agent_pb2.AgentEvent | None:
 
 
 async def ended(call: Any, registered: bool) -> StreamEnd:
-    return StreamEnd(await call.code(), await call.details() or "", registered)
+    leader = leader_hint(await call.trailing_metadata())
+    return StreamEnd(await call.code(), await call.details() or "", registered, leader)
 
 
 async def heartbeats(

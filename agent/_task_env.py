@@ -10,7 +10,10 @@ tokens); a task sees only:
 * the task's own variables, which override all of the above;
 * MESOLITE_FRAMEWORK_ID, MESOLITE_TASK_ID, MESOLITE_SANDBOX and, when known,
   MESOLITE_AGENT_ID, set last, so a task cannot be misled about where and what
-  it is.
+  it is; beside them the same under the names a Mesos command task reads
+  (MESOS_FRAMEWORK_ID, MESOS_TASK_ID, MESOS_EXECUTOR_ID (the task's id, as Mesos'
+  command executor), MESOS_SANDBOX, MESOS_DIRECTORY, MESOS_AGENT_ID and
+  MESOS_SLAVE_ID), so a Mesos framework's tasks run unmodified.
 
 This is Mesos' executor environment: ``--executor_environment_variables`` in
 place of the agent's own, plus the task's.
@@ -47,4 +50,13 @@ def task_environment(
     env["MESOLITE_SANDBOX"] = str(sandbox)
     if agent_id:
         env["MESOLITE_AGENT_ID"] = agent_id
+    env.update(
+        MESOS_FRAMEWORK_ID=framework_id,
+        MESOS_TASK_ID=task_id,
+        MESOS_EXECUTOR_ID=task_id,
+        MESOS_SANDBOX=str(sandbox),
+        MESOS_DIRECTORY=str(sandbox),
+    )
+    if agent_id:
+        env["MESOS_AGENT_ID"] = env["MESOS_SLAVE_ID"] = agent_id
     return env

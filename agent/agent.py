@@ -84,6 +84,7 @@ from mesolite.agent.errors import AgentError, AgentRegistrationError
 from mesolite.agent.isolation import Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.grpc_utils import create_channel
+from mesolite.masters import QUICK_RETRY, MasterList, leader_hint, parse_masters
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 from mesolite.stream_writer import in_batches
@@ -117,6 +118,7 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self._master = config.master
+        self._masters = MasterList(parse_masters(config.master))  # HA: h1:5050,h2:5050
         self._total = config.resources
         self._hostname = config.hostname
         self._address = config.address
@@ -287,7 +289,7 @@ class Agent:
             # own reconnect backoff has passed, and each such failure would cost another
             # of our delays (agents came back after a master restart only after the
             # re-registration window had closed, and lost their tasks).
-            channel = create_channel(self._master, self.config.tls, self.config.token)
+            channel = create_channel(self._masters.current, self.config.tls, self.config.token)
             stub = agent_pb2_grpc.AgentGatewayStub(channel)
             session = asyncio.create_task(self._session(stub), name="mesolite-agent-stream")
             stopping = asyncio.create_task(self._stopping.wait())
@@ -306,10 +308,19 @@ class Agent:
             end = session.result()
             if end.registered:
                 failures = 0
+                self._masters.connected()
             await self._after_stream(end)
-            delay = self._reconnect.delay(failures)
-            failures += 1
-            log.info("reconnecting to the master", agent_id=self._agent_id, delay=round(delay, 3))
+            if self._masters.failed(end.leader):
+                delay = self._reconnect.delay(failures)
+                failures += 1
+            else:
+                delay = QUICK_RETRY  # the leader a standby named, or the next master
+            log.info(
+                "reconnecting to the master",
+                agent_id=self._agent_id,
+                master=self._masters.current,
+                delay=round(delay, 3),
+            )
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await self._stopping.wait()
@@ -412,7 +423,8 @@ class Agent:
                     self._handle(each)
             return await stream_ended(call, registered)
         except grpc.aio.AioRpcError as e:
-            return StreamEnd(e.code(), e.details() or "", registered)
+            leader = leader_hint(e.trailing_metadata())
+            return StreamEnd(e.code(), e.details() or "", registered, leader)
         finally:
             self._registered.clear()
             self._outbox = None

@@ -39,6 +39,7 @@ from mesolite.framework_sdk._ids import RecentIds
 from mesolite.framework_sdk._reconciliation import OfferGate
 from mesolite.framework_sdk._stream import Stream, StreamLost
 from mesolite.grpc_utils import create_channel
+from mesolite.masters import QUICK_RETRY, MasterList, leader_hint, parse_masters
 from mesolite.model import DEFAULT_ROLE, FrameworkInfo, Offer, TaskSpec, TaskStatus
 from mesolite.resources import Resources
 from mesolite.tls import TlsConfig
@@ -210,6 +211,7 @@ class Framework:
         """The framework's id: None until the master assigns one (SUBSCRIBED), unless
         given or read from the id file; a process subscribing with it fails over."""
         self._stream: Stream | None = None  # set only while subscribed
+        self._leader_hint: str | None = None  # the leader the last master named (a standby)
         self._offers: dict[str, Offer] = {}
         self._gate = OfferGate()  # holds offers while reconciling
         self._acknowledged = RecentIds()
@@ -237,9 +239,12 @@ class Framework:
     # -- lifecycle -----------------------------------------------------------------------
 
     async def run(self, master: str) -> None:
-        """Subscribe to `master` ("host:port") and dispatch its events until `stop()` or
-        `teardown()`. Reconnects whenever the stream fails for a transient reason (the
-        master restarting, the network): for ever, with backoff, until it succeeds.
+        """Subscribe to `master` ("host:port", or highly available masters
+        "h1:5050,h2:5050,...") and dispatch its events until `stop()` or `teardown()`.
+        Reconnects whenever the stream fails for a transient reason (the master
+        restarting, the network): for ever, with backoff, until it succeeds. With several
+        masters it goes to the leader a standby names, else to the next in the list, and
+        backs off only once every one has failed.
 
         Raises `FrameworkGone` when the master no longer knows the framework id (its
         failover timeout passed, or it was torn down), `FrameworkRejected` when it
@@ -252,22 +257,28 @@ class Framework:
         self._run_task = asyncio.current_task()
         backoff = self.connection.reconnect_backoff
         failures = 0  # since the last subscription
+        masters = MasterList(parse_masters(master))
         try:
             while not self._stop.is_set():
                 # A new channel for every attempt, so that our backoff alone decides when
                 # to try again: a channel that failed to connect waits out gRPC's own
                 # reconnect backoff (up to two minutes) and fails calls meanwhile. (It is
                 # only fresh if channels do not share gRPC's global subchannel pool.)
-                async with create_channel(master, self._tls, self._token) as channel:
+                self._leader_hint = None
+                async with create_channel(masters.current, self._tls, self._token) as channel:
                     was_subscribed = await self._connect_once(_stub(channel))
                 if self._stop.is_set():
                     break
                 if was_subscribed:
                     failures = 0
+                    masters.connected()
                     await self.on_disconnected()
-                delay = backoff.delay(failures)
-                failures += 1
-                self._log.info("reconnecting", master=master, delay=round(delay, 3))
+                if masters.failed(self._leader_hint):
+                    delay = backoff.delay(failures)
+                    failures += 1
+                else:
+                    delay = QUICK_RETRY
+                self._log.info("reconnecting", master=masters.current, delay=round(delay, 3))
                 with contextlib.suppress(TimeoutError):
                     # Not wait_for: on Python 3.11 it can swallow a cancellation.
                     async with asyncio.timeout(delay):
@@ -517,6 +528,7 @@ class Framework:
                 raise FrameworkRejected(code.name, details) from None
             if code not in _TRANSIENT:
                 raise RpcError(code.name, details) from None
+            self._leader_hint = leader_hint(e.trailing_metadata())
             self._log.warning("connection to the master failed", code=code.name, details=details)
         finally:
             self._stream = None

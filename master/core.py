@@ -48,6 +48,7 @@ from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
 from mesolite.master.errors import CallRejected
+from mesolite.master.leadership import Leadership, SoleLeadership
 from mesolite.master.metrics import MasterMetrics
 from mesolite.master.policies import make_policy
 from mesolite.master.registry import Registry, TaskEntry
@@ -130,6 +131,9 @@ class MasterCore(abc.ABC):
             work_dir = config.work_dir
             registry = Registry(work_dir / "registry.sqlite" if work_dir else None)
         self.registry = registry
+        # Whether this master leads (master/leadership.py): the process shell sets an HA
+        # master's election here; every edge that acts asks it.
+        self.leadership: Leadership = SoleLeadership()
         self._start()
 
     @abc.abstractmethod

@@ -43,7 +43,13 @@ class Peer(Protocol[T_contra]):
 
 
 class RegistryStore(Protocol):
-    """What the master must not forget across a restart (`master/registry.py`)."""
+    """What the master must not forget across a restart: in SQLite (`master/registry.py`,
+    the default) or in etcd (`master/etcd_registry.py`, for highly available masters).
+
+    Changes are made synchronously by the core; `durable()` returns once every change
+    made before it is stored, and what acknowledges a change is sent only after it."""
+
+    write_observer: Callable[[float], None]  # told each write's duration (seconds)
 
     def add_framework(self, entry: FrameworkEntry) -> None: ...
     def mark_framework_removing(self, framework_id: str) -> None: ...
@@ -64,7 +70,10 @@ class RegistryStore(Protocol):
     def remove_task(self, framework_id: str, task_id: str) -> None: ...
     def tasks(self) -> list[TaskEntry]: ...
     def flush(self) -> None:
-        """Commit every change made so far (a no-op when each is committed at once)."""
+        """Start committing every change made so far (SQLite: commits them at once)."""
+
+    async def durable(self) -> None:
+        """Return once every change made before the call is stored (raises if it cannot be)."""
 
     def defer_commits(self, schedule: Callable[[Callable[[], None]], object]) -> None:
         """Keep changes until `flush()`, which `schedule` is asked to run soon."""

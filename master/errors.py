@@ -43,3 +43,8 @@ class RegistrationRefused(MasterError):
     def __init__(self, refusal: Refusal, message: str) -> None:
         super().__init__(message)
         self.refusal = refusal
+
+
+class RegistryFenced(MasterError):
+    """This master may not write its registry any more: it no longer leads (etcd refused
+    a guarded write, or its lease lapsed). Nothing that depends on the write is sent."""

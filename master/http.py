@@ -1,6 +1,7 @@
 """The master's HTTP port: `GET /state` as JSON, `GET /metrics` for Prometheus, the web
-UI (`master.ui_routes`), and the operator API (`master.operator_api`: `POST /api/v1/...`,
-a teardown, a kill).
+UI (`master.ui_routes`), the operator API (`master.operator_api`: `POST /api/v1/...`,
+a teardown, a kill), and Apache Mesos' scheduler API for unmodified Mesos frameworks
+(`master.mesos_api`: `POST /api/v1/scheduler`).
 
 Every request passes three checks first: its Host header (`mesolite.http_hosts`,
 against DNS rebinding), who sends it (`master.authn`: with authentication on, a
@@ -31,6 +32,7 @@ from mesolite.master.acl import Action
 from mesolite.master.authn import Authenticator
 from mesolite.master.http_access import Guard, Route, acl_guard, add_routes, check_permission
 from mesolite.master.master import Master
+from mesolite.master.mesos_api import endpoint as mesos_endpoint
 from mesolite.master.operator_api import count_refusals, setup_operator_api
 from mesolite.master.read_model import COMPLETED_TASKS_SHOWN, agent_snapshot, build_snapshot
 from mesolite.master.snapshot_document import SnapshotDocument
@@ -140,6 +142,8 @@ def create_app(
             sandbox_ssl=sandbox_ssl,
         ),
         *setup_operator_api(app, master),
+        # POST /api/v1/scheduler: Mesos frameworks (master/mesos_api/)
+        *mesos_endpoint.setup(app, master, authn.request_principal),
         *routes,
     ]
     add_routes(app, served, guard or acl_guard(master, authn.request_principal))

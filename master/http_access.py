@@ -14,6 +14,12 @@ route added without an action is refused (403), never served unchecked.
     | POST /api/v1/frameworks/{f}/tasks/{t}/kill     | kill_tasks          |
     | POST /workloads (mesolite.workloads.http)      | register_frameworks |
     | POST /workloads/{name}/stop                    | teardown_frameworks |
+    | POST /api/v1/scheduler (master.mesos_api)      | register_frameworks |
+
+The Mesos scheduler API's route is `core_checked`: its role is in the body, so the
+core checks register_frameworks (and run_tasks) when the framework subscribes, as it
+does for a gRPC framework, and only the principal that subscribed a framework may
+make its calls.
 
 The guard decides: it returns the request's principal (None for an anonymous
 client) or raises `web.HTTPUnauthorized` / `web.HTTPForbidden`. The master's is
@@ -61,6 +67,9 @@ class Route:
     action: Action
     method: str = "GET"
     object_of: ObjectOf | None = None
+    # The core checks `action` per call, after reading the body, as for gRPC frameworks
+    # (the Mesos scheduler API: the role is in the body): the guard is not asked.
+    core_checked: bool = False
 
 
 Guard = Callable[[web.Request, Action], Awaitable[str | None]]
@@ -106,6 +115,7 @@ def acl_guard(
 
 _ACTIONS = web.AppKey("route_actions", dict[web.AbstractResource, Action])
 _OBJECTS = web.AppKey("route_objects", dict[web.AbstractResource | None, ObjectOf])
+_CORE_CHECKED = web.AppKey("core_checked_routes", set[web.AbstractResource])
 _GUARD: web.AppKey[Guard] = web.AppKey("route_guard")
 _PRINCIPAL = web.RequestKey("principal", str)
 
@@ -114,6 +124,7 @@ def add_routes(app: web.Application, routes: Iterable[Route], guard: Guard) -> N
     """Serve `routes` on `app`, each checked by `guard` (with `check_permission`)."""
     actions = app.setdefault(_ACTIONS, {})
     objects = app.setdefault(_OBJECTS, {})
+    core_checked = app.setdefault(_CORE_CHECKED, set())
     app[_GUARD] = guard
     for route in routes:
         resource = app.router.add_resource(route.path)
@@ -121,6 +132,8 @@ def add_routes(app: web.Application, routes: Iterable[Route], guard: Guard) -> N
         actions[resource] = route.action
         if route.object_of is not None:
             objects[resource] = route.object_of
+        if route.core_checked:
+            core_checked.add(resource)
 
 
 def principal(request: web.Request) -> str | None:
@@ -142,6 +155,8 @@ async def check_permission(request: web.Request, handler: Handler) -> web.Stream
         if action is None:
             log.error("route served without an action", path=request.path)
             raise web.HTTPForbidden(text="no permission is defined for this route")
+        if request.match_info.route.resource in request.app[_CORE_CHECKED]:
+            return await handler(request)  # authenticated; the core authorizes each call
         who = await request.app[_GUARD](request, action)
         if who is not None:
             request[_PRINCIPAL] = who

@@ -36,6 +36,7 @@ from typing import Literal
 from prometheus_client import (
     CollectorRegistry,
     Counter,
+    Gauge,
     GCCollector,
     Histogram,
     PlatformCollector,
@@ -45,6 +46,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import GaugeMetricFamily, Metric
 
+from mesolite.master.leadership import Leadership
 from mesolite.model import TaskState
 from mesolite.resources import Resources
 from mesolite.snapshot import AgentHealth, ClusterSnapshot
@@ -177,12 +179,35 @@ class MasterMetrics:
             buckets=CYCLE_OFFERS_BUCKETS,
             registry=r,
         )
+        self.registry_write = Histogram(
+            "mesolite_registry_write_seconds",
+            "Time taken by one registry write: an SQLite commit, or a guarded etcd "
+            "transaction (a turn's changes; more than one past etcd's limits).",
+            buckets=CYCLE_SECONDS_BUCKETS,
+            registry=r,
+        )
+        self._leading = Gauge(
+            "mesolite_master_leading",
+            "1 while this master leads; 0 for a deposed one (a standby serves no metrics).",
+            registry=r,
+        )
+        self._terms = Counter(
+            "mesolite_master_leadership_terms",
+            "Leadership terms this master process has begun (an elected HA master, or a "
+            "single master at its start).",
+            registry=r,
+        )
         # The standard process_* and python_* series, under the names dashboards expect.
         ProcessCollector(registry=r)
         PlatformCollector(registry=r)
         GCCollector(registry=r)
 
     # Hooks: one call each from the master ----------------------------------
+
+    def watch_leadership(self, leadership: Leadership) -> None:
+        """A term begins: `mesolite_master_leading` reads `leadership` at each scrape."""
+        self._leading.set_function(lambda: float(leadership.is_leading()))
+        self._terms.inc()
 
     def offers_made(self, count: int) -> None:
         """One allocation cycle made `count` offers."""

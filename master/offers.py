@@ -8,7 +8,9 @@ timeout, or whose agent or framework goes away, is rescinded.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from mesolite.master import messages as msg
 from mesolite.master import validation
@@ -18,8 +20,22 @@ from mesolite.master.state import FrameworkRecord, OfferRecord, TaskRecord
 from mesolite.model import (
     Offer,
     TaskSpec,
+    TaskState,
 )
-from mesolite.resources import EMPTY
+from mesolite.resources import EMPTY, Resources
+
+# Mesos' TaskStatus.Reason of the updates an ACCEPT answered as Mesos does makes.
+INVALID_OFFERS = "REASON_INVALID_OFFERS"
+TASK_INVALID = "REASON_TASK_INVALID"
+
+
+@dataclass(frozen=True, slots=True)
+class InvalidTask:
+    """A task a front door could not read into a `TaskSpec` (a resource that is not a
+    scalar, an executor): `accept_each` ends it TASK_ERROR with `problem`."""
+
+    task_id: str
+    problem: str
 
 
 class OfferHandling(MasterCore):
@@ -89,6 +105,126 @@ class OfferHandling(MasterCore):
         if agent.outbox is None:
             raise CallRejected(f"agent {agent_id} is disconnected")
 
+        self._launch(framework, agent_id, offers, tasks, offered - wanted, refuse)
+
+    @checked
+    def accept_each(
+        self,
+        framework_id: str,
+        offer_ids: Sequence[str],
+        tasks: Sequence[TaskSpec | InvalidTask],
+        refuse_seconds: float | None,
+    ) -> None:
+        """ACCEPT as Mesos answers it: never refused as a whole. With offers that are
+        not this framework's outstanding offers of one connected agent, each task ends
+        TASK_DROPPED (REASON_INVALID_OFFERS; a front door shows TASK_LOST to a
+        framework that is not partition-aware) and the valid offers' resources go
+        back; else each task that is invalid, or does not fit in what is left of the
+        offers, ends TASK_ERROR (REASON_TASK_INVALID) while the others launch."""
+        framework = self._framework(framework_id)
+        if len(tasks) > validation.MAX_TASKS_PER_CALL:
+            raise CallRejected(
+                f"{len(tasks)} tasks in one call, more than {validation.MAX_TASKS_PER_CALL}"
+            )
+        if problem := validation.refuse_seconds_problem(refuse_seconds):
+            raise CallRejected(problem)
+        refuse = validation.refuse_seconds(refuse_seconds)
+        try:
+            offers = self._own_offers(framework, offer_ids)
+            agent_id = self._one_connected_agent(offers)
+        except CallRejected as e:
+            self._invalid_offers(framework, offer_ids, tasks, str(e))
+            return
+        offered = sum((o.offer.resources for o in offers), EMPTY)
+        left = offered
+        launched: list[TaskSpec] = []
+        seen: set[str] = set()
+        for task in tasks:
+            if isinstance(task, InvalidTask):
+                why: str | None = task.problem
+            else:
+                why = validation.task_problem(task, framework.tasks, seen, agent_id)
+                if why is None and not left.contains(task.resources):
+                    why = (
+                        f"task {task.task_id} uses more resources {task.resources} "
+                        f"than available {left}"
+                    )
+            if why is not None:
+                self._task_error(framework_id, agent_id, task.task_id, why)
+                continue
+            assert isinstance(task, TaskSpec)
+            seen.add(task.task_id)
+            left = left - task.resources
+            launched.append(task)
+        self._launch(framework, agent_id, offers, launched, left, refuse)
+
+    def _one_connected_agent(self, offers: Sequence[OfferRecord]) -> str:
+        agent_ids = {o.offer.agent_id for o in offers}
+        if len(agent_ids) != 1:
+            raise CallRejected(f"the offers span {len(agent_ids)} agents; accept one agent's")
+        agent_id = agent_ids.pop()
+        if self.agents[agent_id].outbox is None:
+            raise CallRejected(f"agent {agent_id} is disconnected")
+        return agent_id
+
+    def _invalid_offers(
+        self,
+        framework: FrameworkRecord,
+        offer_ids: Sequence[str],
+        tasks: Sequence[TaskSpec | InvalidTask],
+        problem: str,
+    ) -> None:
+        """An accept of offers that cannot be used: the valid ones are taken back
+        (unfiltered, as Mesos), and each task ends TASK_DROPPED."""
+        framework_id = framework.framework_id
+        for offer_id in dict.fromkeys(offer_ids[: validation.MAX_IDS_PER_CALL]):
+            o = self.offers.get(offer_id)
+            if o is not None and o.offer.framework_id == framework_id:
+                self._drop_offer(o)
+                self.allocator.recover(framework_id, o.offer.agent_id, o.offer.resources)
+        log.info(
+            "accept of invalid offers: its tasks are dropped",
+            framework_id=framework_id,
+            tasks=len(tasks),
+            reason=problem,
+        )
+        for task in tasks:
+            status = self._master_status(
+                validation.clip(task.task_id, 200),
+                framework_id,
+                "",
+                TaskState.DROPPED,
+                f"Task launched with invalid offers: {problem}",
+            )
+            self._notify(framework_id, dataclasses.replace(status, reason=INVALID_OFFERS))
+        self.request_allocation()
+
+    def _task_error(self, framework_id: str, agent_id: str, task_id: str, problem: str) -> None:
+        log.info(
+            "task refused",
+            framework_id=framework_id,
+            agent_id=agent_id,
+            task_id=validation.clip(task_id),
+            reason=problem,
+        )
+        status = self._master_status(
+            validation.clip(task_id, 200), framework_id, agent_id, TaskState.ERROR, problem
+        )
+        self._notify(framework_id, dataclasses.replace(status, reason=TASK_INVALID))
+
+    def _launch(
+        self,
+        framework: FrameworkRecord,
+        agent_id: str,
+        offers: Sequence[OfferRecord],
+        tasks: Sequence[TaskSpec],
+        unused: Resources,
+        refuse: float,
+    ) -> None:
+        """Use the offers: launch the (valid) tasks, return the rest with the filter."""
+        framework_id = framework.framework_id
+        agent = self.agents[agent_id]
+        assert agent.outbox is not None
         placed = [with_agent(spec, agent_id) for spec in tasks]
         # Recorded before any launch goes out: after a restart, a task the
         # registry knows but no agent reports is reported lost, never forgotten.
@@ -109,7 +245,6 @@ class OfferHandling(MasterCore):
                 resources=spec.resources,
                 user=framework.info.user or None,
             )
-        unused = offered - wanted
         self.allocator.recover(framework_id, agent_id, unused, refuse)
         self.activity.accepted += len(offers)
         self.activity.launched += len(placed)
@@ -117,7 +252,7 @@ class OfferHandling(MasterCore):
             "offers accepted",
             framework_id=framework_id,
             agent_id=agent_id,
-            offer_ids=offer_ids,
+            offer_ids=[o.offer.offer_id for o in offers],
             tasks=len(tasks),
             unused=unused,
         )

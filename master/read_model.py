@@ -42,6 +42,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from mesolite.master.leadership import MasterAddress
 from mesolite.master.policies import DRFPolicy
 from mesolite.model import Offer, TaskUsage
 from mesolite.resources import EMPTY, Resources
@@ -52,6 +53,7 @@ from mesolite.snapshot import (
     CompletedFrameworkSnapshot,
     EndedTaskSnapshot,
     FrameworkSnapshot,
+    MasterSnapshot,
     OfferSnapshot,
     RoleSnapshot,
     TaskSnapshot,
@@ -123,6 +125,16 @@ def build_snapshot(
         ),
         jobs=workloads[0],
         services=workloads[1],
+        leader=_master_view(master.leadership.leader()),
+        standbys=tuple(
+            view for m in master.leadership.standbys() if (view := _master_view(m)) is not None
+        ),
+    )
+
+
+def _master_view(address: MasterAddress | None) -> MasterSnapshot | None:
+    return (
+        None if address is None else MasterSnapshot(address.master_id, address.grpc, address.http)
     )
 
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -127,6 +128,8 @@ class Registry:
         self._pending: list[_Statement] = []  # changes not committed yet (deferred)
         self._schedule: Callable[[Callable[[], None]], object] | None = None
         self.commits = 0
+        # Told each commit's duration in seconds (the master's registry write histogram).
+        self.write_observer: Callable[[float], None] = lambda seconds: None
 
     def defer_commits(self, schedule: Callable[[Callable[[], None]], object]) -> None:
         """From now on, keep changes until `flush()`; `schedule(self.flush)` is called
@@ -146,6 +149,10 @@ class Registry:
             self._pending = pending + self._pending
             raise
 
+    async def durable(self) -> None:
+        """Every change so far committed (SQLite commits at once: `flush()`)."""
+        self.flush()
+
     def _change(self, *statements: _Statement) -> None:
         """Apply one change: at once in its own transaction, or kept for `flush()`."""
         if self._schedule is not None:
@@ -156,6 +163,7 @@ class Registry:
         self._commit(statements)
 
     def _commit(self, statements: Sequence[_Statement]) -> None:
+        started = time.perf_counter()
         with self._db:
             self._db.execute("BEGIN")
             for sql, params, many in statements:
@@ -164,6 +172,7 @@ class Registry:
                 else:
                     self._db.execute(sql, params)
         self.commits += 1
+        self.write_observer(time.perf_counter() - started)
 
     def _open_schema(self) -> None:
         """Create the tables, or bring an older registry up to `SCHEMA_VERSION`."""

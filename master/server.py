@@ -27,9 +27,12 @@ from aiohttp import web
 from mesolite import grpc_utils, http_serving
 from mesolite.http_hosts import AllowedHosts
 from mesolite.master.authn import Authenticator
-from mesolite.master.effects import AsyncioTimers
+from mesolite.master.effects import AsyncioTimers, RegistryStore
+from mesolite.master.errors import MasterError
+from mesolite.master.ha import LeadershipInterceptor, leadership_middleware
 from mesolite.master.http import create_app
 from mesolite.master.http_access import Route
+from mesolite.master.leadership import Leadership, SoleLeadership
 from mesolite.master.master import Master, MasterConfig
 from mesolite.master.read_model import build_snapshot
 from mesolite.master.servicers import AgentGatewayService, SchedulerService
@@ -55,11 +58,18 @@ class MasterServer:
         token_port: int | None = None,
         routes: Sequence[Route] = (),
         workloads: Callable[[], WorkloadViews] | None = None,
+        registry: RegistryStore | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         """`routes`: HTTP routes served beside the master's own, checked by its ACLs like
         them; `workloads`: the jobs and services every snapshot shows (both from the
-        built-in workload frameworks run beside the master, `mesolite.workloads`)."""
+        built-in workload frameworks run beside the master, `mesolite.workloads`).
+        `registry`: the store (default: SQLite in `config.work_dir`); `leadership`: whether
+        this master leads (default: always; an HA master passes its `Election`,
+        `master/ha.py`), checked by every call, request and stream write."""
         self.config = config
+        self._registry = registry
+        self.leadership: Leadership = leadership or SoleLeadership()
         self._routes = tuple(routes)
         self._workloads = workloads
         self._clock = clock  # the master's timeouts run on it (tests may skip ahead)
@@ -115,22 +125,27 @@ class MasterServer:
         authn = self.authn = Authenticator(tls is not None, self.config.credentials_file)
         loop = asyncio.get_running_loop()
         timers = AsyncioTimers(loop)
-        master = self.master = Master(self.config, timers=timers, clock=self._clock)
+        master = self.master = Master(
+            self.config, timers=timers, clock=self._clock, registry=self._registry
+        )
         # One commit per turn of the loop, before any message it acknowledges goes out.
         master.registry.defer_commits(loop.call_soon)
+        master.registry.write_observer = master.metrics.registry_write.observe
+        master.metrics.watch_leadership(self.leadership)
+        master.leadership = self.leadership
         cfg = self.config
         self._grpc = grpc_utils.create_server(
-            interceptors=[authn.interceptor()],
+            interceptors=[authn.interceptor(), LeadershipInterceptor(self.leadership)],
             # Every agent and framework may connect at once (a master restart, a
             # registration storm): grpc must queue that many new streams for us.
             pending_streams=cfg.max_agents + cfg.max_frameworks,
         )
         limits = GrpcStreamLimits(self.config.grpc_streams)  # shared by both services
         scheduler_pb2_grpc.add_SchedulerServicer_to_server(
-            SchedulerService(master, authn, limits), self._grpc
+            SchedulerService(master, authn, limits, self.leadership), self._grpc
         )
         agent_pb2_grpc.add_AgentGatewayServicer_to_server(
-            AgentGatewayService(master, authn, limits), self._grpc
+            AgentGatewayService(master, authn, limits, self.leadership), self._grpc
         )
         self.port = grpc_utils.bind(self._grpc, self.host, self._port, tls)
         if self._token_port is not None:
@@ -148,6 +163,7 @@ class MasterServer:
             routes=self._routes,
             workloads=self._workloads,
         )
+        app.middlewares.insert(0, leadership_middleware(self.leadership))
         http_limits = self.config.http_connections.fitted(http_serving.descriptor_limit())
         self._http = http_serving.runner(app, http_limits)
         await self._http.setup()
@@ -211,6 +227,8 @@ class MasterServer:
         if self._http is not None:
             await self._http.cleanup()
         if self.master is not None:
+            with contextlib.suppress(MasterError):  # what is acknowledged is stored already
+                await self.master.registry.durable()
             self.master.registry.close()  # last: stream handlers may still have written
         self._closed.set()
         log.info("master stopped")

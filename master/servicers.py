@@ -30,6 +30,8 @@ from mesolite.logs import clip
 from mesolite.master import messages as msg
 from mesolite.master import validation
 from mesolite.master.authn import Authenticator
+from mesolite.master.errors import RegistryFenced
+from mesolite.master.leadership import Leadership, SoleLeadership
 from mesolite.master.master import CallRejected, Master, Refusal, RegistrationRefused
 from mesolite.master.stream_limits import GrpcStreamLimits
 from mesolite.resources import InvalidResources
@@ -180,12 +182,21 @@ async def _send_out(
     wrap: Callable[[list[E]], E],
     alone: Callable[[E], bool],
     batches: bool,
+    leading: Callable[[], bool],
 ) -> AsyncIterator[E]:
     """What the master sends on one stream, converted by `to_wire`, in batches made by
     `wrap` if the peer asked for them (`alone`: never batched). What the messages
-    acknowledge is on disk before they go out."""
+    acknowledge is stored (`durable()`) before they go out, and only while this master
+    leads: a deposed one ends the stream instead (its peer reconnects, to the leader)."""
     async for messages in outbox.drain_batches(BATCH_EVENTS):
-        master.registry.flush()
+        try:
+            await master.registry.durable()
+        except RegistryFenced as e:
+            outbox.close(f"this master no longer leads: {e}")
+            return
+        if not leading():
+            outbox.close("this master no longer leads")
+            return
         events = map(to_wire, messages)
         for event in in_batches(events, wrap, alone) if batches else events:
             yield event
@@ -200,10 +211,12 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
         master: Master,
         authn: Authenticator | None = None,
         limits: GrpcStreamLimits | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self._master = master
         self._authn = authn or Authenticator(enabled=False)
         self._limits = limits or GrpcStreamLimits()
+        self._leadership = leadership or SoleLeadership()
 
     async def Connect(
         self,
@@ -255,7 +268,13 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
             batches = first.subscribe.batches
             try:
                 async for event in _send_out(
-                    outbox, self._master, _framework_event, _framework_batch, _subscribed, batches
+                    outbox,
+                    self._master,
+                    _framework_event,
+                    _framework_batch,
+                    _subscribed,
+                    batches,
+                    self._leadership.is_leading,
                 ):
                     yield event
             finally:
@@ -388,10 +407,12 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
         master: Master,
         authn: Authenticator | None = None,
         limits: GrpcStreamLimits | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         self._master = master
         self._authn = authn or Authenticator(enabled=False)
         self._limits = limits or GrpcStreamLimits()
+        self._leadership = leadership or SoleLeadership()
 
     async def Connect(
         self,
@@ -480,7 +501,13 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
             batches = reg.batches
             try:
                 async for event in _send_out(
-                    outbox, self._master, _agent_event, _agent_batch, _registered, batches
+                    outbox,
+                    self._master,
+                    _agent_event,
+                    _agent_batch,
+                    _registered,
+                    batches,
+                    self._leadership.is_leading,
                 ):
                     yield event
             finally:

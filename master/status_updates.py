@@ -81,11 +81,7 @@ class StatusUpdateHandling(MasterCore):
         else:
             if status.update_id not in task.applied_updates:
                 self._apply(agent_id, task, status)
-            if (
-                latest_state is not None
-                and latest_state.is_terminal
-                and not task.state.is_terminal
-            ):
+            if latest_state is not None and latest_state.is_terminal and not task.state.is_terminal:
                 self._end_early(task, latest_state)
         if task.status is not status:  # applied before this call: the agent retried it
             self.metrics.update_retried()
@@ -170,6 +166,24 @@ class StatusUpdateHandling(MasterCore):
         log.info(
             "kill requested", framework_id=framework_id, task_id=task_id, agent_id=task.agent_id
         )
+
+    def kill_or_reconcile(self, framework_id: str, task_id: str) -> None:
+        """KILL as Mesos answers it: a live task whose agent is connected is killed;
+        of any other (unknown, ended, its agent away) the framework is told the latest
+        state, as a reconciliation answers (TASK_LOST for a task this master does not
+        know)."""
+        framework = self._framework(framework_id)
+        task = framework.tasks.get(task_id)
+        agent = self.agents.get(task.agent_id) if task is not None else None
+        if task is not None and agent is not None and agent.outbox is not None:
+            self.kill(framework_id, task_id)
+            return
+        log.info(
+            "kill of a task that is not running on a connected agent: reconciling it",
+            framework_id=framework_id,
+            task_id=clip(task_id),
+        )
+        self.reconcile(framework_id, [task_id])
 
     def acknowledge(self, framework_id: str, agent_id: str, task_id: str, update_id: str) -> None:
         """Relay a framework's acknowledgement to the agent: only of an update of its

@@ -130,21 +130,29 @@ def tasks_problem(tasks: Sequence[TaskSpec], in_use: Container[str], agent_id: s
         return f"{len(tasks)} tasks in one call, more than {MAX_TASKS_PER_CALL}"
     seen: set[str] = set()
     for spec in tasks:
-        if problem := id_problem("task id", spec.task_id):
-            return problem
-        if spec.task_id in seen:
-            return f"task id {spec.task_id} appears twice in the call"
-        if spec.task_id in in_use:
-            return f"task id {spec.task_id} is already in use"
-        if spec.agent_id and spec.agent_id != agent_id:
-            return (
-                f"task {spec.task_id} names agent {clip(spec.agent_id)} "
-                f"but the offers are for agent {agent_id}"
-            )
-        if problem := _task_spec_problem(spec):
+        if problem := task_problem(spec, in_use, seen, agent_id):
             return problem
         seen.add(spec.task_id)
     return None
+
+
+def task_problem(
+    spec: TaskSpec, in_use: Container[str], seen: Container[str], agent_id: str
+) -> str | None:
+    """What is wrong with one task to launch on `agent_id`; `in_use`: the framework's
+    live task ids; `seen`: those of the tasks before it in the same call."""
+    if problem := id_problem("task id", spec.task_id):
+        return problem
+    if spec.task_id in seen:
+        return f"task id {spec.task_id} appears twice in the call"
+    if spec.task_id in in_use:
+        return f"task id {spec.task_id} is already in use"
+    if spec.agent_id and spec.agent_id != agent_id:
+        return (
+            f"task {spec.task_id} names agent {clip(spec.agent_id)} "
+            f"but the offers are for agent {agent_id}"
+        )
+    return _task_spec_problem(spec)
 
 
 def _task_spec_problem(spec: TaskSpec) -> str | None:

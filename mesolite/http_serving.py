@@ -18,6 +18,13 @@ an agent's sandbox server) are served through `LimitedSite` instead of aiohttp's
   cluster's CA count only against the total, so an operator or the master's own
   sandbox proxy still gets in while anonymous clients crowd the port.
 
+Two exceptions for long-lived clients (the Mesos scheduler API, `master/mesos_api/`):
+`on_close(protocol, callback)` says when a connection goes (a streaming response
+learns that its client left without writing to it), and `hold_idle(protocol, until)`
+keeps one idle keep-alive connection open past the header deadline, for as long as
+its holder renews it (pymesos keeps one connection for its calls, idle while the
+framework waits for offers).
+
 `ConnectionLimits.fitted()` brings the caps below the process's descriptor limit, and
 `raise_descriptor_limit()` raises that soft limit to its hard limit at start.
 """
@@ -30,6 +37,7 @@ import resource
 import ssl
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -131,6 +139,45 @@ class _RefusalLog:
             log.warning("connections refused", server=self._server, refused=dict(counts))
 
 
+# Callbacks to run when a connection (by its aiohttp protocol) is lost.
+_ON_CLOSE: dict[int, tuple[asyncio.Protocol, list[Callable[[], None]]]] = {}
+
+
+def on_close(protocol: object, callback: Callable[[], None]) -> Callable[[], None]:
+    """Call `callback` when the connection of `protocol` (a request's `protocol`) is lost,
+    if it was accepted by a `LimitedSite`; returns what cancels that. Runs at most once."""
+    entry = _ON_CLOSE.get(id(protocol))
+    if entry is None or entry[0] is not protocol:
+        return _nothing
+    entry[1].append(callback)
+
+    def cancel() -> None:
+        current = _ON_CLOSE.get(id(protocol))
+        if current is not None and callback in current[1]:
+            current[1].remove(callback)
+
+    return cancel
+
+
+def _nothing() -> None:
+    pass
+
+
+def hold_idle(protocol: object, until: float) -> bool:
+    """Keep the connection of `protocol` open while idle until `until` (the event loop's
+    clock), not only the header deadline: aiohttp closes an idle keep-alive connection
+    when its keep-alive timer fires past the connection's close time, which this moves
+    on (aiohttp sets it again after each response, so the holder renews it more often
+    than the header deadline). False if aiohttp keeps no such time (then the
+    connection closes as any other)."""
+    current = getattr(protocol, "_next_keepalive_close_time", None)
+    if not isinstance(current, float):
+        return False
+    if until > current:
+        protocol._next_keepalive_close_time = until  # type: ignore[attr-defined]
+    return True
+
+
 class _Admitted(asyncio.Protocol):
     """aiohttp's protocol for one connection, behind the admission check."""
 
@@ -153,6 +200,7 @@ class _Admitted(asyncio.Protocol):
             transport.abort()  # at once: no TLS shutdown to wait for
             return
         self._slot = (address, anonymous)
+        _ON_CLOSE[id(self._inner)] = (self._inner, [])
         self._inner.connection_made(transport)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -161,6 +209,12 @@ class _Admitted(asyncio.Protocol):
             self._slot = None
             self._admission.release(address, anonymous=anonymous)
             self._inner.connection_lost(exc)
+            _, callbacks = _ON_CLOSE.pop(id(self._inner), (None, []))
+            for callback in callbacks:
+                try:
+                    callback()
+                except Exception:
+                    log.exception("a connection's close callback failed")
 
     def data_received(self, data: bytes) -> None:
         if self._slot is not None:

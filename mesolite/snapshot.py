@@ -325,6 +325,15 @@ WorkloadViews = tuple[tuple[JobSnapshot, ...], tuple[ServiceSnapshot, ...]]
 
 
 @dataclass(frozen=True, slots=True)
+class MasterSnapshot:
+    """One master of a highly available set (`mesolite master --registry etcd://...`)."""
+
+    id: str
+    grpc: str = field(metadata=doc("HOST:PORT its gRPC port is reached at"))
+    http: str = field(metadata=doc("the base URL of its HTTP port"))
+
+
+@dataclass(frozen=True, slots=True)
 class ClusterSnapshot:
     """The state of a master at one moment (GET /state)."""
 
@@ -363,6 +372,17 @@ class ClusterSnapshot:
     )
     services: tuple[ServiceSnapshot, ...] = field(
         default=(), metadata=doc("services submitted with `mesolite run`, running and stopped")
+    )
+    leader: MasterSnapshot | None = field(
+        default=None,
+        metadata=doc(
+            "the leading master, the one answering (highly available masters on etcd); "
+            "None for a single master (the SQLite registry)"
+        ),
+    )
+    standbys: tuple[MasterSnapshot, ...] = field(
+        default=(),
+        metadata=doc("the masters standing by to take over (as the leader last read them)"),
     )
 
     def to_json(self) -> dict[str, Any]:

@@ -860,6 +860,95 @@ OPERATOR_BUGS = [
     ),
 ]
 
+# Highly available masters on etcd (issue 16): fencing, batching, acknowledging.
+ETCD_TESTS = ("tests/test_etcd_registry.py",)
+HA_TESTS = ("tests/test_ha_edges.py", "tests/test_ha_masters.py")
+HA_BUGS = [
+    Bug(
+        "unguarded registry write",
+        "master/etcd_registry.py",
+        "guards = self._fence.guards() if self._fence else []",
+        "guards: list[Guard] = []",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "registry transaction over etcd's operation limit",
+        "master/etcd_registry.py",
+        "if op.key not in self.ops and len(self.ops) >= MAX_TXN_OPS:",
+        "if op.key not in self.ops and len(self.ops) >= 10 * MAX_TXN_OPS:",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "a put under a prefix deleted in the same registry transaction",
+        "master/etcd_registry.py",
+        "        if any(op.key.startswith(p) for p in self.prefixes):\n            return False\n",
+        "",
+        ETCD_TESTS,
+    ),
+    Bug(
+        "acknowledged before the registry write is durable",
+        "master/servicers.py",
+        "            await master.registry.durable()\n",
+        "            pass\n",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby's HTTP serves instead of redirecting to the leader",
+        "master/ha.py",
+        "        if leadership.is_leading():\n            return await handler(request)",
+        "        if True:\n            return await handler(request)",
+        HA_TESTS,
+    ),
+    Bug(
+        "a master that does not lead takes gRPC calls",
+        "master/ha.py",
+        "        if not self._leadership.is_leading():\n            return self._refuse",
+        "        if False:\n            return self._refuse",
+        HA_TESTS,
+    ),
+    Bug(
+        "a leader's term outlives its lease on its own clock",
+        "master/election.py",
+        "not self.lost.is_set() and self._clock() < self._deadline",
+        "not self.lost.is_set()",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby names no leader",
+        "master/ha.py",
+        "        ((LEADER_METADATA, leader.grpc),),",
+        "        (),",
+        HA_TESTS,
+    ),
+    Bug(
+        "a deposed leader's streams go on sending",
+        "master/servicers.py",
+        "        if not leading():\n            outbox.close",
+        "        if False:\n            outbox.close",
+        HA_TESTS,
+    ),
+]
+
+# The simulator (issue 18): it must run the real core in virtual time, and ask for what
+# each policy's frameworks would ask for.
+SIM_TESTS = ("tests/test_simulator.py",)
+SIM_BUGS = [
+    Bug(
+        "sim: a task ends as it starts",
+        "mesolite/lab/sim/engine.py",
+        "                    task.group.duration, self._task_ended, agent_id, job, task,",
+        "                    0.0, self._task_ended, agent_id, job, task,",
+        SIM_TESTS,
+    ),
+    Bug(
+        "sim: slots ask for the task's own resources",
+        "mesolite/lab/sim/engine.py",
+        "        if self._slot is None:\n            return resources",
+        "        if True:\n            return resources",
+        SIM_TESTS,
+    ),
+]
+
 
 def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     path = Path(bug.path)
@@ -886,13 +975,91 @@ def run(bug: Bug, tests: tuple[str, ...]) -> tuple[bool, float, str]:
     return result.returncode != 0, time.monotonic() - started, "\n        ".join(failed)
 
 
+# The Mesos scheduler HTTP API (issue 17): its status codes, framing, semantics, bounds.
+MESOS_TESTS = ("tests/test_mesos_api.py", "tests/test_mesos_core.py")
+MESOS_BUGS = [
+    Bug(
+        "mesos: a call with a stale stream id is carried out",
+        "master/mesos_api/endpoint.py",
+        "if stream_id != subscription.stream_id:",
+        "if stream_id is None:",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: a call for another principal's framework is carried out",
+        "master/mesos_api/endpoint.py",
+        "if framework.principal != principal:",
+        "if False:",
+        ("tests/test_mesos_api.py",),
+    ),
+    Bug(
+        "mesos: a record's length counts characters, not bytes",
+        "master/mesos_api/recordio.py",
+        'return b"%d\\n%b" % (len(record), record)',
+        'return b"%d\\n%b" % (len(record.decode(errors="replace")), record)',
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: the task bound is checked after converting the tasks",
+        "master/mesos_api/wire.py",
+        "    if problem := _json_bounds(document):\n        raise BadCall(problem)\n",
+        "",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: one bad task fails the whole accept",
+        "master/offers.py",
+        "self._task_error(framework_id, agent_id, task.task_id, why)\n                continue",
+        "self._invalid_offers(framework, offer_ids, tasks, why)\n                return",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: partition states reach frameworks that are not partition-aware",
+        "master/mesos_api/convert.py",
+        "if state in _PARTITION_STATES and not partition_aware:",
+        "if state in _PARTITION_STATES and partition_aware:",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: negative refuse_seconds taken as given",
+        "master/mesos_api/convert.py",
+        "    if not value >= 0:  # negative, or NaN\n",
+        "    if value != value:  # NaN\n",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: KILL of an unknown task is ignored",
+        "master/status_updates.py",
+        "        self.reconcile(framework_id, [task_id])\n",
+        "",
+        MESOS_TESTS,
+    ),
+    Bug(
+        "mesos: an idle calls connection is not held open",
+        "mesolite/http_serving.py",
+        "        protocol._next_keepalive_close_time = until  # type: ignore[attr-defined]",
+        "        pass",
+        (
+            "tests/test_mesos_pymesos.py::test_an_idle_subscription_and_calls_connection_outlive_100_seconds",
+        ),
+    ),
+    Bug(
+        "mesos: tasks do not see MESOS_TASK_ID",
+        "agent/_task_env.py",
+        "        MESOS_TASK_ID=task_id,\n",
+        "",
+        ("tests/test_mesos_api.py::test_recordio_stream_and_event_shapes",),
+    ),
+]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="substrings of bug names")
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in [*BUGS, *OPERATOR_BUGS]:
+    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *MESOS_BUGS, *SIM_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS

@@ -39,17 +39,20 @@ UNIT = {
     "test_fair_share.py",
     "test_fairness_properties.py",
     "test_master_core.py",
+    "test_mesos_core.py",
     "test_policies.py",
     "test_policy_properties.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",
     "test_sdk_public_api.py",
+    "test_simulator.py",
     "test_task_usage.py",
 }
 SLOW = {
     "test_fault_injection.py",
     "test_master_restart.py",
+    "test_mesos_pymesos.py",
     "test_restart_workload.py",
     "test_ui_browser.py",
 }

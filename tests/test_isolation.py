@@ -342,6 +342,8 @@ async def test_a_task_gets_a_clean_environment(
     assert env["PATH"] == os.environ["PATH"]
     expected = {"PATH", "TZ", "HOME", "USER", "LOGNAME", "OWN", "PASSED_ON", "PWD", "SHLVL"}
     expected |= {"MESOLITE_FRAMEWORK_ID", "MESOLITE_TASK_ID", "MESOLITE_SANDBOX"}
+    expected |= {"MESOS_FRAMEWORK_ID", "MESOS_TASK_ID", "MESOS_EXECUTOR_ID", "MESOS_SANDBOX"}
+    expected |= {"MESOS_DIRECTORY"}
     expected |= {n for n in ("LANG", "LANGUAGE", "LC_ALL", "LC_CTYPE") if n in os.environ}
     assert set(env) <= expected, set(env) - expected
 
@@ -365,6 +367,11 @@ def test_the_environment_is_built_from_the_allowlist_only() -> None:
         "MESOLITE_FRAMEWORK_ID": "f",
         "MESOLITE_TASK_ID": "t",
         "MESOLITE_SANDBOX": "/s",
+        "MESOS_FRAMEWORK_ID": "f",
+        "MESOS_TASK_ID": "t",
+        "MESOS_EXECUTOR_ID": "t",
+        "MESOS_SANDBOX": "/s",
+        "MESOS_DIRECTORY": "/s",
     }
 
 

@@ -195,8 +195,13 @@
   function renderHeader() {
     if (!state) return;
     const up = Date.now() / 1000 - state.started_at;
+    // Highly available masters: which one leads (this one) and who stands by.
+    const ha = state.leader
+      ? ` · leading ${state.leader.grpc} · standbys ${
+          (state.standbys || []).map((m) => m.grpc).join(', ') || 'none'}`
+      : '';
     $('meta').textContent =
-      `master ${state.master_id} · policy ${state.policy} · up ${fmtDuration(up)}`;
+      `master ${state.master_id} · policy ${state.policy} · up ${fmtDuration(up)}${ha}`;
   }
 
   function renderSummary() {

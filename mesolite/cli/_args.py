@@ -13,7 +13,7 @@ from mesolite import tls_options
 from mesolite.agent.gc_policy import GcConfig
 from mesolite.agent.isolation import MODES as ISOLATION_MODES
 from mesolite.agent.isolation import IsolationConfig
-from mesolite.cli import _workloads
+from mesolite.cli import _simulate, _workloads
 from mesolite.cli._paper import add_paper_commands
 from mesolite.http_hosts import normal_host
 from mesolite.lab.demo_scenario import AGENT_RESOURCES
@@ -410,6 +410,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="how shares are measured: dominant share, asset sum, or slots",
     )
     _add_master_security(m)
+    _add_master_ha(m)
     _workloads.add_master_options(m)
 
     a = sub.add_parser("agent", help="run an agent")
@@ -555,6 +556,7 @@ def build_parser() -> argparse.ArgumentParser:
         tls_options.add_client_options(s)
     _add_operator_commands(sub)
     _workloads.add_parsers(sub)
+    _simulate.add_parser(sub)
     return parser
 
 
@@ -681,3 +683,48 @@ def _add_certs(sub: argparse._SubParsersAction[Any]) -> None:
     ct = cs.add_parser("token", help="a bearer token for NAME, added to DIR/credentials")
     ct.add_argument("dir", type=Path, metavar="DIR")
     ct.add_argument("name", metavar="NAME")
+
+
+def _add_master_ha(m: argparse.ArgumentParser) -> None:
+    g = m.add_argument_group(
+        "highly available masters (README: Running highly available)",
+        "With --registry etcd://..., several masters share one registry in etcd; one leads "
+        "and the others stand by (refusing calls with the leader's address, HTTP 307 to it).",
+    )
+    g.add_argument(
+        "--registry",
+        default=None,
+        metavar="URL",
+        help="etcd://HOST:PORT,HOST:PORT,.../PREFIX: keep the registry in etcd and elect a "
+        "leader there (default: SQLite in --work-dir, a single master)",
+    )
+    g.add_argument(
+        "--leader-ttl",
+        type=int,
+        default=5,
+        metavar="S",
+        help="the leader's etcd lease: a standby takes over about this long after the "
+        "leader dies; a leader cut off from etcd this long stops (default 5)",
+    )
+    g.add_argument(
+        "--advertise-host",
+        default=None,
+        metavar="HOST",
+        help="the address other masters and clients reach this one at (default: --host)",
+    )
+    g.add_argument(
+        "--etcd-compaction-interval",
+        type=float,
+        default=300.0,
+        metavar="S",
+        help="the leader compacts etcd's history this often (0: never)",
+    )
+    g.add_argument("--etcd-ca", type=Path, default=None, help="CA to verify etcd's members with")
+    g.add_argument("--etcd-cert", type=Path, default=None, help="client certificate for etcd")
+    g.add_argument("--etcd-key", type=Path, default=None, help="key of --etcd-cert")
+    g.add_argument(
+        "--etcd-server-name",
+        default=None,
+        metavar="NAME",
+        help="the name etcd's certificates hold (default: the first endpoint's host)",
+    )

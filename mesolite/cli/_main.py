@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import signal
 import sys
@@ -27,6 +28,8 @@ from mesolite.tls import TlsConfig, TlsError
 from mesolite.views import VIEWS
 
 if TYPE_CHECKING:
+    from mesolite.master.etcd_registry import EtcdRegistry
+    from mesolite.master.ha import HaMaster
     from mesolite.master.server import MasterServer
 
     http_serving.raise_descriptor_limit()  # HTTP connection caps are fitted to it
@@ -64,6 +67,10 @@ def _main(argv: Sequence[str] | None) -> int:
         return run_operator(args)
     if args.command == "certs":
         return run_certs(args)
+    if args.command == "simulate":
+        from mesolite.cli._simulate import run_simulate
+
+        return run_simulate(args)
     if args.command in ("run", "stop"):
         return run_workload(args) if args.command == "run" else stop_workload(args)
     if args.command != "demo":  # the demo logs to files under its work dir
@@ -77,12 +84,19 @@ def _main(argv: Sequence[str] | None) -> int:
     return asyncio.run(runners[args.command](args))
 
 
-async def _until_signalled() -> None:
+async def _until_signalled(lost: asyncio.Event | None = None) -> bool:
+    """Until SIGINT or SIGTERM (False), or `lost` is set (True)."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    waits = [asyncio.create_task(stop.wait())]
+    if lost is not None:
+        waits.append(asyncio.create_task(lost.wait()))
+    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+    for w in waits:
+        w.cancel()
+    return lost is not None and lost.is_set()
 
 
 async def _run_master(args: argparse.Namespace) -> int:
@@ -130,14 +144,43 @@ async def _run_master(args: argparse.Namespace) -> int:
     except (MesoliteError, OSError) as e:
         print(f"mesolite master: {e}", file=sys.stderr)
         return 2
+    ha = None
+    registry = None
+    port, http_port = args.port, args.http_port
+    if args.registry is not None:
+        try:
+            ha = _ha_master(args, tls)
+            await ha.start()
+        except (ValueError, MesoliteError, OSError) as e:
+            print(f"mesolite master: {e}", file=sys.stderr)
+            if ha is not None:
+                await ha.close()
+            return 2
+        print(
+            f"standby master {ha.master_id}: gRPC {args.host}:{ha.port}, HTTP "
+            f"{args.host}:{ha.http_port}; waiting to lead (registry {args.registry})",
+            flush=True,
+        )
+        try:
+            registry = await _until_leading_or_signalled(ha)
+        except (RegistryError, MesoliteError) as e:
+            print(f"mesolite master: {e}", file=sys.stderr)
+            await ha.close()
+            return 2
+        if registry is None:
+            await ha.close()
+            return 0
+        port, http_port = ha.port, ha.http_port
     server = MasterServer(
         config,
         args.host,
-        args.port,
-        args.http_port,
+        port,
+        http_port,
         token_port=args.token_port,
         routes=workloads_http.routes(lambda: runner),
         workloads=runner.views if runner is not None else None,
+        registry=registry,
+        leadership=ha.election if ha is not None else None,
     )
     try:
         await server.start()
@@ -150,6 +193,8 @@ async def _run_master(args: argparse.Namespace) -> int:
         if runner is not None:
             await runner.close()
         await server.stop()
+        if ha is not None:
+            await ha.close()
         return 2
     if server.master is not None:
         master = server.master
@@ -160,14 +205,61 @@ async def _run_master(args: argparse.Namespace) -> int:
             server.authn.reload()
 
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
+        if ha is not None and ha.election is not None:
+            # Lost the lease or a guarded write refused: stop serving at once.
+            ha.election.on_lost(lambda reason: master.shutdown())
+    lost = False
     try:
         print(_next_steps(server, args.tls_dir), flush=True)
-        await _until_signalled()
+        lost = await _until_signalled(ha.election.lost if ha and ha.election else None)
     finally:
         if runner is not None:
             await runner.close()  # its frameworks fail over when the master is back
-        await server.stop()
+        await server.stop(grace=0.0 if lost else 1.0)
+        if ha is not None:
+            await ha.close()
+    if lost:
+        print("mesolite master: leadership lost; exiting (restart to stand by)", file=sys.stderr)
+        return 3
     return 0
+
+
+def _ha_master(args: argparse.Namespace, tls: TlsConfig | None) -> HaMaster:
+    from mesolite.http_hosts import AllowedHosts
+    from mesolite.master.etcd_client import EtcdTls
+    from mesolite.master.ha import HaMaster, RegistryUrl
+
+    etcd_tls = None
+    if args.etcd_ca is not None:
+        etcd_tls = EtcdTls(args.etcd_ca, args.etcd_cert, args.etcd_key, args.etcd_server_name)
+    elif args.etcd_cert is not None or args.etcd_key is not None:
+        raise ValueError("--etcd-cert and --etcd-key need --etcd-ca")
+    return HaMaster(
+        RegistryUrl.parse(args.registry),
+        host=args.host,
+        port=args.port,
+        http_port=args.http_port,
+        tls=tls,
+        etcd_tls=etcd_tls,
+        ttl=args.leader_ttl,
+        advertise_host=args.advertise_host,
+        allowed_hosts=AllowedHosts(args.http_allowed_hosts, args.host),
+        compaction_interval=args.etcd_compaction_interval,
+    )
+
+
+async def _until_leading_or_signalled(ha: HaMaster) -> EtcdRegistry | None:
+    """The registry once this master leads; None if it was told to stop first."""
+    leading = asyncio.create_task(ha.until_leading())
+    signalled = asyncio.create_task(_until_signalled())
+    done, _ = await asyncio.wait({leading, signalled}, return_when=asyncio.FIRST_COMPLETED)
+    if leading in done:
+        signalled.cancel()
+        return leading.result()
+    leading.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await leading
+    return None
 
 
 def _loopback(address: str) -> str:

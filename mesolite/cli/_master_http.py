@@ -51,7 +51,26 @@ def request_json(
     body: Any = None,
 ) -> Any:
     """The JSON the master answers `method path` with (`body`, when given, sent as
-    JSON). Raises `MasterUnreachable` or `MasterRefused`."""
+    JSON). Raises `MasterUnreachable` or `MasterRefused`. `address` may list highly
+    available masters (`h1:5051,h2:5051`): a standby's 307 is followed to the leader,
+    and a master that cannot be reached (or has no leader to name, 503) is passed over
+    for the next."""
+    addresses = [a.strip() for a in address.split(",") if a.strip()] or [address]
+    for i, one in enumerate(addresses):
+        try:
+            return _request_one(one, path, auth, method=method, body=body)
+        except MasterUnreachable:
+            if i == len(addresses) - 1:
+                raise
+        except MasterRefused as e:
+            if e.status != 503 or i == len(addresses) - 1:
+                raise
+    raise AssertionError("unreachable")
+
+
+def _request_one(
+    address: str, path: str, auth: ClientAuth, *, method: str, body: Any, hops: int = 0
+) -> Any:
     url = f"{base_url(address, auth)}{path}"
     data = None if body is None else json.dumps(body).encode()
     request = urllib.request.Request(url, data=data, method=method)
@@ -68,6 +87,13 @@ def request_json(
         with urllib.request.urlopen(request, timeout=TIMEOUT, context=context) as response:
             return json.load(response)
     except urllib.error.HTTPError as e:
+        location = e.headers.get("Location", "")
+        if e.code == 307 and hops == 0 and location.startswith(("http://", "https://")):
+            # A standby names the leader (urllib follows 307 only for GET).
+            e.close()
+            leader = location[: len(location) - len(path)] if location.endswith(path) else ""
+            if leader:
+                return _request_one(leader, path, auth, method=method, body=body, hops=1)
         raise _refused(url, e) from None
     except (urllib.error.URLError, OSError) as e:
         reason = e.reason if isinstance(e, urllib.error.URLError) else e

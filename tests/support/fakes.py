@@ -7,57 +7,16 @@ timers.advance(5.0)      # fires what was due, in order, at its own time
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
+
+from mesolite.lab.sim.virtual_time import VirtualTimers
 
 T = TypeVar("T")
 M = TypeVar("M")
 
 
-@dataclass(order=True)
-class _Timer:
-    when: float
-    seq: int
-    callback: Callable[..., Any] = field(compare=False)
-    args: tuple[Any, ...] = field(compare=False)
-    cancelled: bool = field(default=False, compare=False)
-
-    def cancel(self) -> None:
-        self.cancelled = True
-
-
-class FakeTimers:
-    """Timers in virtual time; the object is also the clock they count in."""
-
-    def __init__(self, start: float = 1000.0) -> None:
-        self.now = start
-        self._due: list[_Timer] = []
-        self._seq = itertools.count()
-
-    def __call__(self) -> float:
-        return self.now
-
-    def call_later(self, delay: float, callback: Callable[..., Any], *args: Any) -> _Timer:
-        timer = _Timer(self.now + max(0.0, delay), next(self._seq), callback, args)
-        heapq.heappush(self._due, timer)
-        return timer
-
-    def advance(self, seconds: float) -> None:
-        """Move time forward, firing each timer due by then at its own time, in order."""
-        end = self.now + seconds
-        while self._due and self._due[0].when <= end:
-            timer = heapq.heappop(self._due)
-            if timer.cancelled:
-                continue
-            self.now = max(self.now, timer.when)
-            timer.callback(*timer.args)
-        self.now = end
-
-    def pending(self) -> int:
-        return sum(1 for t in self._due if not t.cancelled)
+# The simulator's virtual time, under the name the tests have always used.
+FakeTimers = VirtualTimers
 
 
 class RecordingPeer(Generic[T]):

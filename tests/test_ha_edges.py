@@ -1,0 +1,188 @@
+"""The edges of highly available masters, in-process: a master that does not lead
+refuses gRPC naming the leader and answers HTTP 307; clients' master lists; the registry
+URL; an election's term ending on the monotonic clock; acknowledgements after durability."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import aiohttp
+import grpc
+import grpc.aio
+import pytest
+
+from mesolite.master.election import Election
+from mesolite.master.etcd_client import EtcdClient
+from mesolite.master.etcd_registry import EtcdRegistry
+from mesolite.master.ha import RegistryUrl
+from mesolite.master.leadership import MasterAddress
+from mesolite.master.server import MasterServer
+from mesolite.masters import (
+    LEADER_METADATA,
+    MasterList,
+    MasterListError,
+    leader_hint,
+    parse_masters,
+)
+from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
+from tests.cluster import FAST, LocalCluster
+from tests.etcd_cluster import EtcdCluster
+from tests.recording import RecordingFramework, running
+from tests.waiting import wait_for_condition
+
+LEADER = MasterAddress("m2", "10.0.0.9:5050", "http://10.0.0.9:5051")
+
+
+class Switch:
+    """A leadership a test turns off."""
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def is_leading(self) -> bool:
+        return self.leading
+
+    def leader(self) -> MasterAddress | None:
+        return None if self.leading else LEADER
+
+    def standbys(self) -> list[MasterAddress]:
+        return []
+
+
+async def _subscribe_refusal(address: str) -> grpc.aio.AioRpcError | None:
+    async with grpc.aio.insecure_channel(address) as channel:
+        call = scheduler_pb2_grpc.SchedulerStub(channel).Connect()
+        try:
+            await call.write(scheduler_pb2.Call())  # refused before it is even read
+            await asyncio.wait_for(call.read(), 5)
+        except grpc.aio.AioRpcError as e:
+            return e
+        finally:
+            call.cancel()
+    return None
+
+
+async def test_a_master_that_does_not_lead_refuses_calls_and_redirects_http(
+    tmp_path: Path,
+) -> None:
+    switch = Switch()
+    cluster = LocalCluster(tmp_path)
+    cluster.server.leadership = switch
+    async with cluster, aiohttp.ClientSession() as http:
+        url = f"http://{cluster.server.http_address}/state?x=1"
+        async with http.get(url, allow_redirects=False) as r:
+            assert r.status == 200
+        framework = RecordingFramework()
+        async with running(framework, cluster.address):
+            switch.leading = False
+            # A new call is refused before any handler runs, naming the leader.
+            refusal = await _subscribe_refusal(cluster.address)
+            assert refusal is not None and refusal.code() == grpc.StatusCode.UNAVAILABLE
+            assert dict(refusal.trailing_metadata() or ())[LEADER_METADATA] == LEADER.grpc
+            assert LEADER.grpc in (refusal.details() or "")
+            async with http.get(url, allow_redirects=False) as r:
+                assert r.status == 307
+                assert r.headers["Location"] == "http://10.0.0.9:5051/state?x=1"
+            # The open stream sends nothing more: it ends at its next message.
+            cluster.master.send_framework_heartbeats()
+            await wait_for_condition(lambda: not framework.connected, 10, "the stream to end")
+
+
+def test_master_lists_parse_and_reject() -> None:
+    assert parse_masters("h1:5050, h2:5050,") == ("h1:5050", "h2:5050")
+    for bad in ("", "h1", "h1:x", "h1:5050,:1", "h:70000", ",".join(["h:1"] * 17)):
+        with pytest.raises(MasterListError):
+            parse_masters(bad)
+    assert leader_hint([(LEADER_METADATA, "h2:5050")]) == "h2:5050"
+    assert leader_hint([(LEADER_METADATA, "not an address")]) is None
+    assert leader_hint(None) is None
+
+
+def test_a_master_list_follows_hints_and_backs_off_after_a_round() -> None:
+    masters = MasterList(("a:1", "b:1", "c:1"))
+    assert masters.current == "a:1"
+    assert not masters.failed()  # a is gone: try b at once
+    assert masters.current == "b:1"
+    assert not masters.failed("c:1")  # b is a standby naming c
+    assert masters.current == "c:1"
+    masters.connected()
+    assert not masters.failed()  # c died: a, then b, then back off
+    assert not masters.failed()
+    assert masters.failed()
+    one = MasterList(("a:1",))
+    assert one.failed() and one.current == "a:1"  # one master: back off each time
+
+
+def test_registry_urls() -> None:
+    url = RegistryUrl.parse("etcd://h1:2379,h2:2379/mesolite/prod/")
+    assert url == RegistryUrl(("h1:2379", "h2:2379"), "/mesolite/prod")
+    assert RegistryUrl.parse("etcd://h1:2379").prefix == "/mesolite"
+    for bad in ("sqlite:///x", "etcd://", "etcd://h1/x", "etcd://h1:99999/x"):
+        with pytest.raises(ValueError):
+            RegistryUrl.parse(bad)
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_leader_stops_leading_the_moment_its_lease_may_have_lapsed(
+    tmp_path: Path,
+) -> None:
+    """On its own clock, before any renewal fails: a frozen leader knows on waking."""
+    async with EtcdCluster(tmp_path, members=1) as etcd:
+        client = EtcdClient(etcd.endpoints)
+        clock = FakeClock()
+        election = Election(client, "/e", MasterAddress("m1", "h:1", "http://h:2"), 5, clock=clock)
+        try:
+            await election.campaign()
+            assert election.is_leading() and election.leader() == election.me
+            clock.now += 5.0  # as if the process had been stopped for a TTL
+            assert not election.is_leading()
+            assert election.leader() is None
+        finally:
+            await election.close()
+            await client.close()
+
+
+async def test_subscribed_is_sent_only_once_its_registration_is_in_etcd(tmp_path: Path) -> None:
+    async with EtcdCluster(tmp_path, members=1) as etcd:
+        client = EtcdClient(etcd.endpoints, timeout=20)
+        me = MasterAddress("m1", "127.0.0.1:0", "http://127.0.0.1:0")
+        election = Election(client, "/d", me, ttl=30)
+        fence = await election.campaign()
+        registry = EtcdRegistry(client, "/d", fence, on_fenced=election.lose, write_timeout=20)
+        server = MasterServer(FAST, port=0, http_port=0, registry=registry, leadership=election)
+        await server.start()
+        [proc] = [p for p in etcd.procs if p is not None]
+        framework = RecordingFramework(failover_timeout=60)
+        run = None
+        try:
+            proc.send_signal(signal.SIGSTOP)  # etcd cannot commit anything
+            try:
+                run = asyncio.create_task(framework.run(server.grpc_address))
+                master = server.master
+                assert master is not None
+                await wait_for_condition(lambda: len(master.frameworks) == 1, 10, "subscribe")
+                # The change is made and waits for etcd; a master that did not wait for
+                # it would have sent SUBSCRIBED within milliseconds (a bounded negative).
+                await asyncio.sleep(0.5)
+                assert not framework.connected and framework.framework_id is None
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            await wait_for_condition(lambda: framework.connected, 20, "SUBSCRIBED")
+            key = f"/d/registry/frameworks/{framework.framework_id}".encode()
+            assert await client.get(key) is not None
+        finally:
+            await framework.stop()
+            if run is not None:
+                await asyncio.wait_for(run, 10)
+            await server.stop()
+            await election.close()
+            await client.close()
