@@ -24,7 +24,6 @@ from mesolite.model import TaskState
 from tests.support.cgroups import remove_tree
 from tests.test_agent_supervisor import (
     FW,
-    Recorder,
     RunnerProcess,
     alive,
     connect,
@@ -38,6 +37,7 @@ from tests.test_agent_supervisor import (
 from tests.test_agent_supervisor import (
     work_dir as work_dir,  # the fixture, with its clean-up
 )
+from tests.test_agent_tasks import Recorder
 from tests.test_isolation import CGROUPS
 from tests.waiting import wait_for_condition
 
@@ -236,7 +236,7 @@ def test_group_commit_writes_every_end_then_fsyncs_once(
         lines_at_fsync.append(path.read_bytes().count(b"\n"))
         fsync(fd)
 
-    monkeypatch.setattr(_exit_log.os, "fsync", counting_fsync)
+    monkeypatch.setattr(os, "fsync", counting_fsync)  # the os module `_exit_log` calls
     spawned = {"op": "spawned", "run": "r", "records": "/x", "pid": 9, "start_time": 1}
     writer.add(spawned, durable=False)
     for i in range(50):
