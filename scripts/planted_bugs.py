@@ -990,7 +990,7 @@ MESOS_BUGS = [
         "master/mesos_api/endpoint.py",
         "if framework.principal != principal:",
         "if False:",
-        ("tests/test_mesos_api.py",),
+        ("tests/test_mesos_trust.py",),
     ),
     Bug(
         "mesos: a record's length counts characters, not bytes",

@@ -7,18 +7,21 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
+from mesolite.master import messages as msg
 from mesolite.master.leadership import MasterAddress
 from mesolite.master.mesos_api import convert, media, recordio, wire
 from mesolite.master.mesos_api.endpoint import MAX_BODY
+from mesolite.master.mesos_api.subscriptions import HELD_CONNECTIONS, Subscription, Subscriptions
 from mesolite.master.offers import InvalidTask
 from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
+from mesolite.stream_writer import StreamWriter
 from mesolite.v1.mesos import mesos_pb2, scheduler_pb2
 from tests.cluster import LocalCluster
 from tests.waiting import wait_for_condition
@@ -324,20 +327,46 @@ async def test_recordio_stream_and_event_shapes(
 async def test_protobuf_bodies_and_events(
     cluster: LocalCluster, session: aiohttp.ClientSession
 ) -> None:
+    """Calls and events in binary protobuf, RecordIO lengths in bytes (a non-ASCII task id
+    is longer in bytes than in characters)."""
     call = scheduler_pb2.Call(type=scheduler_pb2.Call.SUBSCRIBE)
     call.subscribe.framework_info.name = "proto"
     call.subscribe.framework_info.user = ""
     headers = {"Content-Type": media.PROTOBUF, "Accept": media.PROTOBUF}
-    async with session.post(url_of(cluster), data=call.SerializeToString(), headers=headers) as r:
+    url = url_of(cluster)
+    async with session.post(url, data=call.SerializeToString(), headers=headers) as r:
         assert r.status == 200 and r.headers["Content-Type"].startswith(media.PROTOBUF)
+        stream_id = r.headers["Mesos-Stream-Id"]
         decoder = recordio.Decoder()
         events: list[scheduler_pb2.Event] = []
-        async for chunk in r.content.iter_any():
-            events += [scheduler_pb2.Event.FromString(rec) for rec in decoder.feed(chunk)]
-            if any(e.type == scheduler_pb2.Event.OFFERS for e in events):
-                break
-    assert events[0].type == scheduler_pb2.Event.SUBSCRIBED
-    assert events[0].subscribed.framework_id.value
+
+        async def until(found: Callable[[], bool]) -> None:
+            async with asyncio.timeout(15):
+                while not found():
+                    chunk = await r.content.readany()
+                    events.extend(scheduler_pb2.Event.FromString(x) for x in decoder.feed(chunk))
+
+        await until(lambda: any(e.type == scheduler_pb2.Event.OFFERS for e in events))
+        assert events[0].type == scheduler_pb2.Event.SUBSCRIBED
+        framework_id = events[0].subscribed.framework_id
+        [offer] = next(e for e in events if e.type == scheduler_pb2.Event.OFFERS).offers.offers
+        accept = scheduler_pb2.Call(type=scheduler_pb2.Call.ACCEPT, framework_id=framework_id)
+        accept.accept.offer_ids.add().CopyFrom(offer.id)
+        op = accept.accept.operations.add(type=mesos_pb2.Offer.Operation.LAUNCH)
+        task = op.launch.task_infos.add(name="tâche")
+        task.task_id.value = "tâche-ünïcode"  # not a valid id: TASK_ERROR, quoting it
+        task.agent_id.CopyFrom(offer.agent_id)
+        task.command.value = "true"
+        posted = {"Content-Type": media.PROTOBUF, "Mesos-Stream-Id": stream_id}
+        async with session.post(url, data=accept.SerializeToString(), headers=posted) as a:
+            assert a.status == 202
+
+        def errors() -> list[scheduler_pb2.Event]:
+            return [e for e in events if e.update.status.state == mesos_pb2.TASK_ERROR]
+
+        await until(lambda: bool(errors()))
+        assert errors()[0].update.status.task_id.value == "tâche-ünïcode"
+        await until(lambda: events[-1].type == scheduler_pb2.Event.HEARTBEAT)  # still in step
 
 
 async def test_a_refused_subscription_is_an_error_event(
@@ -450,6 +479,33 @@ def test_tasks_mesolite_cannot_run_are_invalid() -> None:
         task(command={"shell": False, "value": "/bin/echo", "arguments": ["echo", "a b"]}), ""
     )
     assert isinstance(argv, TaskSpec) and argv.command == "/bin/echo 'a b'"
+
+
+@pytest.mark.unit
+async def test_subscriptions_bound_streams_and_held_connections() -> None:
+    subs = Subscriptions(per_client=2)
+    assert subs.admit("p") is None and subs.admit("p") is None
+    assert subs.admit("p") is not None  # a third stream of one client
+    assert subs.admit("q") is None
+    subs.release("p")
+    assert subs.admit("p") is None
+
+    class Connection:
+        def __init__(self) -> None:
+            self.transport = object()
+            self._next_keepalive_close_time = 0.0
+
+    outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(10)
+    sub = Subscription("f", None, "p", media.JSON, "*", False, False, outbox)
+    subs.add(sub)
+    connections = [Connection() for _ in range(HELD_CONNECTIONS + 2)]
+    for c in connections:
+        subs.hold(sub, c)
+    assert list(sub.held.values()) == connections[2:]  # the newest few only
+    now = asyncio.get_running_loop().time()
+    assert all(c._next_keepalive_close_time > now for c in connections[2:])
+    subs.remove(sub)
+    assert subs.of_framework("f") is None and not sub.held
 
 
 def json_format_parse(document: dict[str, Any]) -> mesos_pb2.TaskInfo:
