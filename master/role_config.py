@@ -28,6 +28,12 @@ The file is TOML:
     limit = { gpus = 2 }
     weight = { gpus = 4 }   # 4 for GPUs, 1 for everything else
 
+Preemption (master/preemptions.py) is set per role too: `min_share_timeout`
+(seconds below its guarantee before it takes resources back; default 15 for a
+role with a guarantee, `inf` for never), `fair_share_timeout` (seconds below
+`fair_share_preemption_threshold` x its instantaneous fair share, default 0.5;
+no fair-share preemption unless set).
+
 A parent that is not declared (`eng` above, if it were missing) exists
 implicitly with weight 1. The default role `*` always exists; the file may set
 its weight, guarantee and limit but it cannot have children.
