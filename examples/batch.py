@@ -273,7 +273,9 @@ def parse_args(
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--master", required=True, help="the master's HOST:PORT")
+    p.add_argument(
+        "--master", required=True, help="the master's HOST:PORT (HA masters: H1:P1,H2:P2,...)"
+    )
     p.add_argument("--name", default=d.name, help="framework name, also the task id prefix")
     p.add_argument("--role", default=d.role, help="role whose share DRF weighs")
     p.add_argument("--cpus", type=float, default=d.cpus, help="CPUs per task")

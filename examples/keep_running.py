@@ -114,7 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--master", required=True, help="the master's HOST:PORT")
+    p.add_argument(
+        "--master", required=True, help="the master's HOST:PORT (HA masters: H1:P1,H2:P2,...)"
+    )
     p.add_argument("--id-file", type=Path, required=True, help="keeps the framework id")
     p.add_argument("--name", default="service", help="framework name, also the task id prefix")
     p.add_argument("--instances", type=int, default=3, help="how many to keep running")

@@ -137,7 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         description=__doc__.split("\n\n")[0] if __doc__ else None,
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    p.add_argument("--master", required=True, help="the master's HOST:PORT")
+    p.add_argument(
+        "--master", required=True, help="the master's HOST:PORT (HA masters: H1:P1,H2:P2,...)"
+    )
     p.add_argument("--name", default="sweep", help="framework name, also the task id prefix")
     p.add_argument("--command", default='echo "index $TASK_INDEX"; sleep 1')
     p.add_argument("--completions", type=int, default=20, help="indexes 0..N-1")

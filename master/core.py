@@ -84,6 +84,7 @@ class MasterCore(abc.ABC):
         clock: Clock = time.monotonic,
         wall_clock: Clock = time.time,
         registry: RegistryStore | None = None,
+        master_id: str | None = None,
     ) -> None:
         """`clock` is the monotonic clock `timers` count in; `wall_clock` stamps updates.
 
@@ -91,7 +92,7 @@ class MasterCore(abc.ABC):
         when that is None).
         """
         self.config = config
-        self.master_id = uuid.uuid4().hex[:12]
+        self.master_id = master_id or uuid.uuid4().hex[:12]
         self._clock = clock
         self._wall_clock = wall_clock
         self._timers = timers

@@ -211,5 +211,7 @@ class Election:
         if resign and self._lease:
             with contextlib.suppress(EtcdError):
                 await self._client.revoke(self._lease)
-        if self.fence is not None:
-            self.lose("resigned")
+        if self.fence is not None and not self.lost.is_set():
+            self.lost_reason = "resigned"
+            self.lost.set()
+            log.info("resigned leadership", master_id=self.me.master_id)

@@ -99,6 +99,14 @@ class _Batch:
             return False
         return not self.ops or self.size + op.size <= MAX_TXN_BYTES
 
+    def fits_all(self, ops: Sequence[Op]) -> bool:
+        trial = _Batch(dict(self.ops), list(self.prefixes), self.size)
+        for op in ops:
+            if not trial.fits(op):
+                return False
+            trial.add(op)
+        return True
+
     def add(self, op: Op) -> None:
         self.ops[op.key] = op  # a later change to a key replaces the earlier one
         self.size += op.size
@@ -106,14 +114,18 @@ class _Batch:
             self.prefixes.append(op.key)
 
 
-def split(ops: Sequence[Op]) -> list[list[Op]]:
-    """The operations, in order, as transactions within etcd's limits."""
-    batches: list[_Batch] = []
-    for op in ops:
-        if not batches or not batches[-1].fits(op):
+def split(changes: Sequence[Sequence[Op]]) -> list[list[Op]]:
+    """The changes' operations, in order, as transactions within etcd's limits; a
+    change's operations stay in one transaction unless that change alone exceeds them."""
+    batches: list[_Batch] = [_Batch()]
+    for change in changes:
+        if batches[-1].ops and not batches[-1].fits_all(change):
             batches.append(_Batch())
-        batches[-1].add(op)
-    return [list(b.ops.values()) for b in batches]
+        for op in change:
+            if not batches[-1].fits(op):
+                batches.append(_Batch())
+            batches[-1].add(op)
+    return [list(b.ops.values()) for b in batches if b.ops]
 
 
 class EtcdRegistry:
@@ -135,7 +147,7 @@ class EtcdRegistry:
         self._frameworks: dict[str, FrameworkEntry] = {}
         self._agents: dict[str, _Agent] = {}
         self._tasks: dict[tuple[str, str], TaskEntry] = {}
-        self._pending: list[Op] = []
+        self._pending: list[list[Op]] = []  # changes not written yet, each its operations
         self._changes = 0  # changes made so far
         self._written = 0  # of which written to etcd
         self._waiters: list[asyncio.Event] = []  # durable() calls waiting on the writer
@@ -195,7 +207,7 @@ class EtcdRegistry:
     def _change(self, *ops: Op) -> None:
         if self.failure is not None:
             raise RegistryFenced(self.failure)
-        self._pending.extend(ops)
+        self._pending.append(list(ops))
         self._changes += 1
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write())
@@ -204,12 +216,13 @@ class EtcdRegistry:
         """Write what is pending, one transaction after another, until nothing is."""
         await asyncio.sleep(0)  # the rest of this turn's changes join the batch
         while self._pending and self.failure is None:
-            ops, self._pending = self._pending, []
+            changes, self._pending = self._pending, []
             upto = self._changes
             if not self._version_written:
-                ops.insert(0, Put(self._key("version"), json.dumps({"version": 1}).encode()))
+                version = Put(self._key("version"), json.dumps({"version": 1}).encode())
+                changes.insert(0, [version])
             try:
-                for txn in split(ops):
+                for txn in split(changes):
                     await self._commit(txn)
             except (EtcdError, RegistryFenced) as e:
                 self._fail(str(e))

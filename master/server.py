@@ -60,6 +60,7 @@ class MasterServer:
         workloads: Callable[[], WorkloadViews] | None = None,
         registry: RegistryStore | None = None,
         leadership: Leadership | None = None,
+        master_id: str | None = None,
     ) -> None:
         """`routes`: HTTP routes served beside the master's own, checked by its ACLs like
         them; `workloads`: the jobs and services every snapshot shows (both from the
@@ -69,6 +70,7 @@ class MasterServer:
         `master/ha.py`), checked by every call, request and stream write."""
         self.config = config
         self._registry = registry
+        self._master_id = master_id  # an HA master's, as its election names it
         self.leadership: Leadership = leadership or SoleLeadership()
         self._routes = tuple(routes)
         self._workloads = workloads
@@ -126,7 +128,11 @@ class MasterServer:
         loop = asyncio.get_running_loop()
         timers = AsyncioTimers(loop)
         master = self.master = Master(
-            self.config, timers=timers, clock=self._clock, registry=self._registry
+            self.config,
+            timers=timers,
+            clock=self._clock,
+            registry=self._registry,
+            master_id=self._master_id,
         )
         # One commit per turn of the loop, before any message it acknowledges goes out.
         master.registry.defer_commits(loop.call_soon)

@@ -9,8 +9,9 @@ leader a standby names.
 A standby master refuses every call with UNAVAILABLE and names the leader's gRPC address
 in the trailing metadata (`LEADER_METADATA`); a client goes there next. Without a hint
 (the master died, or no leader is known yet) it tries the next address of its list.
-`failed` says when a whole round has failed since the last success: then the caller
-backs off as it does with one master; until then it retries at once (QUICK_RETRY).
+`failed` says when to back off: after each whole round of the list that failed (as with
+one master, the backoff growing round by round), and before following the same hint
+again; otherwise the caller retries at once (QUICK_RETRY).
 """
 
 from __future__ import annotations
@@ -64,6 +65,7 @@ class MasterList:
         self._index = 0
         self._hinted: str | None = None
         self._misses = 0  # attempts failed since the last success
+        self._last_hint: str | None = None  # the leader a standby named last
 
     @property
     def current(self) -> str:
@@ -73,14 +75,20 @@ class MasterList:
     def connected(self) -> None:
         """The current master answered (SUBSCRIBED, REGISTERED): stay with it."""
         self._misses = 0
+        self._last_hint = None
 
     def failed(self, hint: str | None = None) -> bool:
         """Move on: to `hint` (the leader a standby named), else to the next address.
-        True once a whole round has failed since the last success (then back off)."""
+        True when the caller should back off first: after each whole round of the list
+        that failed, and before following a hint it already followed (a standby that
+        still names a leader that has just died); a new hint is followed at once."""
         self._misses += 1
         if hint is not None and hint != self.current:
-            self._hinted = hint
-            return self._misses > 2 * len(self.addresses)
+            fresh = hint != self._last_hint
+            self._hinted = self._last_hint = hint
+            return not fresh
+        if self._hinted in self.addresses:  # the named leader failed: on from its place
+            self._index = self.addresses.index(self._hinted)
         self._hinted = None
         self._index = (self._index + 1) % len(self.addresses)
-        return self._misses >= len(self.addresses)
+        return self._misses % len(self.addresses) == 0

@@ -111,6 +111,9 @@ def render_header(state: ClusterSnapshot) -> Text:
     text = Text()
     text.append(f"master {state.master_id}", style="bold")
     text.append(f"  policy {state.policy}  up {up}\n")
+    if state.leader is not None:  # highly available masters
+        standbys = ", ".join(m.grpc for m in state.standbys) or "none"
+        text.append(f"leading at {state.leader.grpc}; standing by: {standbys}\n")
     text.append(
         f"{c.agents} agents, {c.frameworks} frameworks, {c.running_tasks} tasks, "
         f"{c.outstanding_offers} offers outstanding"

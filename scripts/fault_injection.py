@@ -6,6 +6,11 @@
     python scripts/fault_injection.py --runs 1000 --out runs.jsonl --shard 1/2 &
     python scripts/fault_injection.py --summary runs.jsonl
     python scripts/fault_injection.py --seeds 207 --keep-failed failed/   # logs of a failure
+    python scripts/fault_injection.py --ha --runs 100 --out ha-runs.jsonl   # tests/chaos_ha.py
+
+With `--ha` the cluster has three masters on a 3-member etcd cluster, and the faults
+include leader kills, leader stops (SIGSTOP past the lease) and etcd member kills; the
+totals add the takeovers and their time, p50 and p99.
 
 A benchmark-style script: it prints one line per run and the totals, and exits
 1 if any run had a violation (each is printed). With `--out`, each run's
@@ -30,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mesolite.logs import configure
 from tests.chaos import run_chaos
+from tests.chaos_ha import run_ha_chaos
 from tests.support.cgroups import TEST_CGROUPS_ROOT, remove_tree
 
 FIGURES = (
@@ -63,7 +69,20 @@ def summarize(runs: list[dict[str, Any]]) -> str:
         *(f"{k.replace('_', ' ')}: {figures[k]}" for k in FIGURES),
         f"runs with any violation: {bad}",
     ]
+    takeovers = sorted(t for run in runs for t in run.get("takeovers", []))
+    if takeovers:
+        changes = sum(run.get("etcd_member_leader_changes", 0) for run in runs)
+        lines.append(
+            f"takeovers: {len(takeovers)}, p50 {_quantile(takeovers, 0.5):.2f} s, "
+            f"p99 {_quantile(takeovers, 0.99):.2f} s, max {takeovers[-1]:.2f} s; "
+            f"leader changes on an etcd member's kill: {changes}"
+        )
     return "\n".join(lines)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The nearest-rank quantile of sorted `values`."""
+    return values[min(len(values) - 1, max(0, round(q * len(values) + 0.5) - 1))]
 
 
 def load(path: Path) -> list[dict[str, Any]]:
@@ -73,12 +92,13 @@ def load(path: Path) -> list[dict[str, Any]]:
 
 
 async def main_async(
-    seeds: list[int], faults: int, out: Path | None, keep_failed: Path | None
+    seeds: list[int], faults: int, out: Path | None, keep_failed: Path | None, ha: bool = False
 ) -> int:
     runs: list[dict[str, Any]] = []
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-") as tmp:
-            report = await run_chaos(Path(tmp), seed, faults)
+            run = run_ha_chaos if ha else run_chaos
+            report = await run(Path(tmp), seed, faults)
             if report.violations and keep_failed is not None:
                 # The logs of every process of the run, to find out why.
                 shutil.copytree(tmp, keep_failed / f"seed-{seed}", dirs_exist_ok=True)
@@ -102,6 +122,9 @@ def main() -> int:
     parser.add_argument("--faults", type=int, default=6, help="faults injected per run")
     parser.add_argument("--out", type=Path, help="append each run's figures (JSON lines)")
     parser.add_argument("--shard", default="0/1", help="K/N: only seeds with seed %% N == K")
+    parser.add_argument(
+        "--ha", action="store_true", help="three masters on etcd (tests/chaos_ha.py)"
+    )
     parser.add_argument("--summary", type=Path, help="print the totals of a --out file and exit")
     parser.add_argument(
         "--keep-failed",
@@ -118,7 +141,7 @@ def main() -> int:
     done = {run["seed"] for run in load(args.out)} if args.out else set()
     seeds = [s for s in seeds if s % n == k and s not in done]
     try:
-        return asyncio.run(main_async(seeds, args.faults, args.out, args.keep_failed))
+        return asyncio.run(main_async(seeds, args.faults, args.out, args.keep_failed, ha=args.ha))
     finally:
         remove_tree(TEST_CGROUPS_ROOT)  # the agents' task cgroups, as the test session does
 

@@ -167,6 +167,10 @@ class Report:
     orphans_of_gone: int = 0  # ... of those, of a framework that is gone
     invariant_violations: int = 0
     violations: list[str] = field(default_factory=list)
+    # Highly available masters (tests/chaos_ha.py): seconds from each leader's kill or
+    # stop to another master serving; leader changes while an etcd member was down.
+    takeovers: list[float] = field(default_factory=list)
+    etcd_member_leader_changes: int = 0
 
     def line(self) -> str:
         faults = ", ".join(f"{n} {k}" for k, n in sorted(self.faults.items())) or "none"
@@ -191,6 +195,8 @@ class Report:
                 "orphans_of_gone": self.orphans_of_gone,
                 "invariant_violations": self.invariant_violations,
                 "violations": self.violations,
+                "takeovers": self.takeovers,
+                "etcd_member_leader_changes": self.etcd_member_leader_changes,
             },
             sort_keys=True,
         )
@@ -311,7 +317,12 @@ class Chaos:
             if restart_agent is not None:
                 await asyncio.sleep(self.rng.choice([0.0, 1.0]))
                 await self.start_agent(restart_agent)
-        elif kind == "agent":
+        else:
+            await self.inject_other(kind)
+
+    async def inject_other(self, kind: str) -> None:
+        """An agent's or a framework's fault (`kind`: "agent" or "framework")."""
+        if kind == "agent":
             self.report.faults["agent"] += 1
             i = self.rng.randrange(AGENTS)
             await self.kill_agent(i)

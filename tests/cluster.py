@@ -352,6 +352,7 @@ class MasterProcess:
         self.process: asyncio.subprocess.Process | None = None
         self.starts = 0
         self.banner = ""  # the first line the master printed
+        self.ready = b"listening on"  # what that line says once the master is up
 
     @property
     def address(self) -> str:
@@ -383,7 +384,7 @@ class MasterProcess:
         assert self.process.stdout is not None
         line = await asyncio.wait_for(self.process.stdout.readline(), 30)
         self.banner = line.decode()
-        if b"listening on" not in line:
+        if self.ready not in line:
             raise AssertionError(f"master did not start: {line!r}")
 
     def violations(self) -> list[str]:

@@ -70,15 +70,22 @@ def test_prefix_end_is_etcds_convention() -> None:
 
 
 def test_a_turns_changes_are_split_within_etcds_limits() -> None:
-    puts: list[Put | Delete] = [Put(f"/t/{i}".encode(), b"x") for i in range(300)]
+    puts = [[Put(f"/t/{i}".encode(), b"x")] for i in range(300)]
     assert [len(t) for t in split(puts)] == [MAX_TXN_OPS, MAX_TXN_OPS, 300 - 2 * MAX_TXN_OPS]
-    big = [Put(f"/b/{i}".encode(), b"x" * 400_000) for i in range(5)]
+    big = [[Put(f"/b/{i}".encode(), b"x" * 400_000)] for i in range(5)]
     assert [len(t) for t in split(big)] == [2, 2, 1]  # about 1 MiB each
+    # A change's operations stay together; one change too big alone is split.
+    pair = [[Put(f"/p/{i}a".encode(), b"x"), Put(f"/p/{i}b".encode(), b"x")] for i in range(65)]
+    assert [len(t) for t in split(pair)] == [128, 2]
+    shifted = [[Put(b"/one", b"x")], *pair]
+    assert [len(t) for t in split(shifted)] == [127, 4]  # not 128: the 64th pair moves on
+    huge: list[list[Put | Delete]] = [[Put(f"/h/{i}".encode(), b"x") for i in range(200)]]
+    assert [len(t) for t in split(huge)] == [128, 72]
     # One key twice: the later value, once. A prefix deleted after a put under it (or a
     # put under a deleted prefix) goes into the next transaction, in order.
-    same = split([Put(b"/k", b"1"), Put(b"/k", b"2")])
+    same = split([[Put(b"/k", b"1")], [Put(b"/k", b"2")]])
     assert same == [[Put(b"/k", b"2")]]
-    ordered = split([Put(b"/p/1", b"x"), Delete(b"/p/", prefix=True), Put(b"/p/2", b"y")])
+    ordered = split([[Put(b"/p/1", b"x")], [Delete(b"/p/", prefix=True)], [Put(b"/p/2", b"y")]])
     assert ordered == [[Put(b"/p/1", b"x")], [Delete(b"/p/", prefix=True)], [Put(b"/p/2", b"y")]]
 
 

@@ -105,14 +105,20 @@ def test_a_master_list_follows_hints_and_backs_off_after_a_round() -> None:
     assert masters.current == "a:1"
     assert not masters.failed()  # a is gone: try b at once
     assert masters.current == "b:1"
-    assert not masters.failed("c:1")  # b is a standby naming c
+    assert not masters.failed("c:1")  # b is a standby naming c: go there at once
     assert masters.current == "c:1"
     masters.connected()
     assert not masters.failed()  # c died: a, then b, then back off
     assert not masters.failed()
     assert masters.failed()
+    assert masters.current == "c:1"
+    assert not masters.failed("a:1")  # c is a standby now, naming a: at once
+    assert not masters.failed()  # a is not there yet: on to b
+    assert masters.failed("a:1")  # b names a again: a stale hint, back off first
+    assert masters.current == "a:1"
     one = MasterList(("a:1",))
     assert one.failed() and one.current == "a:1"  # one master: back off each time
+    assert one.failed()
 
 
 def test_registry_urls() -> None:

@@ -414,7 +414,13 @@ def build_parser() -> argparse.ArgumentParser:
     _workloads.add_master_options(m)
 
     a = sub.add_parser("agent", help="run an agent")
-    a.add_argument("--master", required=True, metavar="HOST:PORT")
+    a.add_argument(
+        "--master",
+        required=True,
+        metavar="HOST:PORT",
+        help="the master's gRPC address; highly available masters: H1:P1,H2:P2,... (the agent "
+        "follows the leader a standby names)",
+    )
     a.add_argument(
         "--resources",
         type=_parse_agent_resources,

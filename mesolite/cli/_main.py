@@ -181,6 +181,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         workloads=runner.views if runner is not None else None,
         registry=registry,
         leadership=ha.election if ha is not None else None,
+        master_id=ha.master_id if ha is not None else None,
     )
     try:
         await server.start()
