@@ -3,7 +3,7 @@ pure tables and hypothesis properties."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mesolite.master.fair_levels import fair_levels
@@ -177,6 +177,7 @@ def situations(
     return roles, candidates, total, left
 
 
+@settings(max_examples=300, deadline=None, derandomize=True, database=None)
 @given(situations())
 def test_preemption_never_creates_a_new_deficit_and_never_thrashes(
     situation: tuple[dict[str, RoleState], list[Candidate], Resources, Resources],
