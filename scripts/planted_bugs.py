@@ -1081,6 +1081,13 @@ MESOS_BUGS = [
         ),
     ),
     Bug(
+        "mesos: a revoked token's subscription lives on",
+        "master/mesos_api/endpoint.py",
+        "unwatch = self._authn.watch_request(request, outbox.close)",
+        "unwatch = self._authn.watch_request(request, lambda reason: None)",
+        ("tests/test_mesos_trust.py",),
+    ),
+    Bug(
         "mesos: tasks do not see MESOS_TASK_ID",
         "agent/_task_env.py",
         "        MESOS_TASK_ID=task_id,\n",
