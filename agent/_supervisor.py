@@ -62,11 +62,13 @@ import gc
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
 import sys
 import time
+import traceback
 import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -86,7 +88,7 @@ if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
 
     _bootstrap()
 
-from mesolite.agent import _task_wrapper
+from mesolite.agent import _exit_log, _task_wrapper
 from mesolite.agent.errors import AgentError
 
 SOCKET_NAME = "socket"
@@ -100,6 +102,20 @@ _READY_FD = 3  # where a wrapper finds its ready pipe
 _MAX_OUTPUT = 16 << 20  # bytes queued for an agent that does not read: then it is dropped
 _FIRST_CONNECTION_TIMEOUT = 30.0
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+_ERROR_FD = 3  # where a spawned command's shim says why it could not confine it
+SHELL = "/bin/sh"
+SETPRIV = shutil.which("setpriv") or ""  # util-linux: the user switch of a spawned command
+# Run by /bin/sh between the supervisor's posix_spawn and the task's command (started
+# in the sandbox): into each of the task's cgroups ("0": the writing process), then exec
+# the rest (setpriv to the task's user, then the command). It says on fd 3 that it is
+# in its cgroup (its pid alone: the supervisor tells the agent the command is ready),
+# or why it could not get there (its pid and why), and then ends with 127.
+SHIM = (
+    'while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '
+    '{ echo "$$ cannot join the cgroup $1" >&3; exit 127; }; shift; done; shift; '
+    'echo "$$" >&3; exec "$@" 3>&-'
+)
 
 
 class FrameError(AgentError, ValueError):
@@ -189,6 +205,65 @@ class Launch:
         return cls(request_id, Path(records), confinement, command, env, cwd)
 
 
+@dataclass(frozen=True, slots=True)
+class Spawn:
+    """A spawn request, checked: the task's command itself, confined by the shim."""
+
+    id: int
+    run: str
+    records: str
+    cgroups: list[str]
+    user: tuple[int, int, list[int]] | None
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+
+    @classmethod
+    def parse(cls, message: Mapping[str, Any]) -> Spawn:
+        """Raises FrameError if `message` is not a well-formed spawn."""
+        request_id, run, records = message.get("id"), message.get("run"), message.get("records")
+        cgroups, user, argv = message.get("cgroups"), message.get("user"), message.get("argv")
+        env, cwd = message.get("env"), message.get("cwd")
+        if not isinstance(request_id, int) or not isinstance(run, str) or not run:
+            raise FrameError("a spawn needs an integer id and a run")
+        if not isinstance(records, str) or not isinstance(cwd, str) or not cwd.startswith("/"):
+            raise FrameError("a spawn's records and cwd are strings, cwd an absolute path")
+        if not _strings(cgroups) or not cgroups or not all(c.startswith("/") for c in cgroups):
+            raise FrameError("a spawn's cgroups are absolute paths, at least one")
+        if "--" in cgroups:
+            raise FrameError("a spawn's cgroups are absolute paths, at least one")
+        if not _strings(argv) or not argv:
+            raise FrameError("a spawn's argv is a list of strings, not empty")
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
+            raise FrameError("a spawn's env maps strings to strings")
+        switch: tuple[int, int, list[int]] | None = None
+        if user is not None:
+            ids = user if isinstance(user, list) else None
+            if (
+                ids is None
+                or len(ids) != 3
+                or not all(isinstance(i, int) and i >= 0 for i in ids[:2])
+                or not isinstance(ids[2], list)
+                or not all(isinstance(g, int) and g >= 0 for g in ids[2])
+            ):
+                raise FrameError("a spawn's user is [uid, gid, [groups]]")
+            if not SETPRIV:
+                raise FrameError("this supervisor cannot switch users: no setpriv")
+            switch = (ids[0], ids[1], list(ids[2]))
+        return cls(request_id, run, records, list(cgroups), switch, argv, env, cwd)
+
+    def shim_argv(self) -> list[str]:
+        """What the supervisor executes: the shim, its arguments, then the command."""
+        argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]
+        if self.user is not None:
+            uid, gid, groups = self.user
+            keep = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+            argv += [SETPRIV, f"--reuid={uid}", f"--regid={gid}", keep, "--"]
+        return argv + self.argv
+
+
 def _strings(value: object) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
@@ -204,11 +279,19 @@ class _Connection:
 class Supervisor:
     """The supervisor's loop: serve one agent at a time, fork wrappers, reap them."""
 
-    def __init__(self, listener: socket.socket, log: Any) -> None:
+    def __init__(self, listener: socket.socket, log: Any, directory: Path) -> None:
         self._listener = listener
         self._log = log
         self._pid = os.getpid()
+        self._keeper = os.getppid()
         self._children: dict[int, tuple[int, str]] = {}  # pid -> (start time, records)
+        self._spawned: set[int] = set()  # those of the children that are task commands
+        self._exits = _exit_log.ExitLogWriter(directory)
+        # Spawned commands' shims write why they could not confine one (pid, reason).
+        self._errors_read, self._errors_write = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(self._errors_read, False)
+        self._error_lines = bytearray()
+        self._errors: dict[int, str] = {}
         self._agent: _Connection | None = None
         self._served = False
         self._selector = selectors.DefaultSelector()
@@ -230,6 +313,7 @@ class Supervisor:
         self._selector.register(self._listener, selectors.EVENT_READ, "accept")
         self._selector.register(self._wakeup_read, selectors.EVENT_READ, "reap")
         self._selector.register(self._ready_read, selectors.EVENT_READ, "ready")
+        self._selector.register(self._errors_read, selectors.EVENT_READ, "shims")
         started = time.monotonic()
         self.say("started")
         gc.freeze()  # what is here now stays shared with the wrappers forked from it
@@ -246,6 +330,8 @@ class Supervisor:
                             pass
                 elif key.data == "ready":
                     self._read_ready()
+                elif key.data == "shims":
+                    self._read_errors()
                 elif (
                     self._agent is not None
                     and key.fileobj is self._agent.sock
@@ -253,6 +339,9 @@ class Supervisor:
                 ):
                     self._receive()
             self._reap()
+            # What the agent is about to hear of is in the exit log first: the ends
+            # fsynced (one fsync for all of them), the "spawned" lines written.
+            self._exits.commit()
             self._flush()
         self.say("no agent and no task left: exiting")
 
@@ -286,7 +375,9 @@ class Supervisor:
         ]
         for i in range(0, len(wrappers), WRAPPERS_PER_FRAME):
             self._send({"op": "wrappers", "wrappers": wrappers[i : i + WRAPPERS_PER_FRAME]})
-        self._send({"op": "hello", "pid": self._pid})
+        self._send(
+            {"op": "hello", "pid": self._pid, "keeper": self._keeper, "spawn": bool(SETPRIV)}
+        )
 
     def _drop(self, why: str) -> None:
         agent, self._agent = self._agent, None
@@ -312,15 +403,21 @@ class Supervisor:
         for level, kind, payload in ancillary:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 usable = len(payload) - len(payload) % 4
-                agent.fds.extend(struct.unpack(f"{usable // 4}i", payload[:usable]))
+                fds = struct.unpack(f"{usable // 4}i", payload[:usable])
+                for fd in fds:  # never inherited by what posix_spawn starts
+                    os.set_inheritable(fd, False)
+                agent.fds.extend(fds)
         if not data:
             self._drop("end of stream")
             return False
         try:
             for message in agent.frames.feed(data):
-                if message["op"] != "launch":
+                if message["op"] == "launch":
+                    self._launch(agent, message)
+                elif message["op"] == "spawn":
+                    self._spawn(agent, message)
+                else:
                     raise FrameError(f"unknown op {message['op']!r}")
-                self._launch(agent, message)
             if len(agent.fds) > LAUNCH_FDS:
                 raise FrameError("file descriptors without a launch")
         except FrameError as e:
@@ -376,6 +473,71 @@ class Supervisor:
         self._children[pid] = (start_time, str(launch.records))
         self._send({"op": "spawned", "id": launch.id, "pid": pid, "start_time": start_time})
 
+    def _spawn(self, agent: _Connection, message: Mapping[str, Any]) -> None:
+        """Start a task's command itself (posix_spawn: a vfork, cheap from here), in a
+        new session, through the shim that confines it (`SHIM`)."""
+        if len(agent.fds) < LAUNCH_FDS:
+            raise FrameError(f"a spawn needs {LAUNCH_FDS} file descriptors")
+        fds, agent.fds = agent.fds[:LAUNCH_FDS], agent.fds[LAUNCH_FDS:]
+        try:
+            spawn = Spawn.parse(message)
+            stdout, stderr = fds
+            # posix_spawn has no chdir here: the supervisor (one thread) steps into the
+            # sandbox for the spawn, and out again so as not to hold it.
+            os.chdir(spawn.cwd)
+            pid = os.posix_spawn(
+                SHELL,
+                spawn.shim_argv(),
+                spawn.env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, self._devnull, 0),
+                    (os.POSIX_SPAWN_DUP2, stdout, 1),
+                    (os.POSIX_SPAWN_DUP2, stderr, 2),
+                    (os.POSIX_SPAWN_DUP2, self._errors_write, _ERROR_FD),
+                ],
+                setsid=True,
+            )
+        except (FrameError, OSError) as e:
+            if isinstance(e, FrameError) and not isinstance(message.get("id"), int):
+                raise  # not even a request to answer
+            self._send({"op": "spawned", "id": message["id"], "error": str(e)})
+            return
+        finally:
+            os.chdir("/")
+            for fd in fds:
+                os.close(fd)
+        start_time = _task_wrapper.start_time_of(pid)  # not reaped yet: still this child
+        self._children[pid] = (start_time, spawn.records)
+        self._spawned.add(pid)
+        self._exits.add(
+            {
+                "op": "spawned",
+                "run": spawn.run,
+                "records": spawn.records,
+                "pid": pid,
+                "start_time": start_time,
+            },
+            durable=False,
+        )
+        self._send({"op": "spawned", "id": spawn.id, "pid": pid, "start_time": start_time})
+
+    def _read_errors(self) -> None:
+        """What spawned commands' shims said: "PID" (in its cgroup: ready, told to the
+        agent) or "PID REASON" (it could not be confined, told when it is reaped)."""
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self._errors_read, 1 << 16):
+                self._error_lines += data
+        *lines, rest = self._error_lines.split(b"\n")
+        self._error_lines = bytearray(rest)
+        for line in lines:
+            pid, _, why = line.decode(errors="replace").partition(" ")
+            if not pid.isdigit():
+                self.say(f"ignored a line from a shim that is not a pid: {line!r}")
+            elif why:
+                self._errors[int(pid)] = why
+            else:
+                self._send({"op": "ready", "pid": int(pid), "command": int(pid)})
+
     def _become_wrapper(self, launch: Launch, fds: list[int]) -> None:
         """In the forked child: set up as the agent used to start the wrapper, and run it."""
         code = 127
@@ -424,7 +586,7 @@ class Supervisor:
             self._send({"op": "ready", "pid": wrapper, "command": command})
 
     def _reap(self) -> None:
-        reaped = []
+        reaped: list[tuple[int, int | None, int]] = []  # pid, start time, wait status
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -433,12 +595,35 @@ class Supervisor:
             if pid == 0:
                 break
             start_time, _ = self._children.pop(pid, (None, ""))
-            reaped.append({"op": "exited", "pid": pid, "start_time": start_time, "status": status})
-        if reaped:
-            # A wrapper said it was ready before it ended: that comes first.
-            self._read_ready()
-            for message in reaped:
-                self._send(message)
+            reaped.append((pid, start_time, status))
+        if not reaped:
+            return
+        # A wrapper said it was ready before it ended: that comes first.
+        self._read_ready()
+        self._read_errors()
+        messages: list[dict[str, Any]] = []
+        for pid, start_time, status in reaped:
+            message: dict[str, Any] = {
+                "op": "exited",
+                "pid": pid,
+                "start_time": start_time,
+                "status": status,
+            }
+            messages.append(message)
+            if pid not in self._spawned:
+                continue  # a wrapper: it wrote its command's end itself
+            self._spawned.discard(pid)
+            error = self._errors.pop(pid, None)
+            if error is not None:
+                message["error"] = error
+                record = _exit_log.error_record(pid, start_time, error)
+            else:
+                record = _exit_log.exit_record(pid, start_time, status)
+            # Group commit: every line of this turn goes in one write, with one fsync,
+            # at the end of the turn (`run`), before anything queued is sent.
+            self._exits.add(record, durable=True)
+        for message in messages:
+            self._send(message)
 
 
 def serve(directory: Path, cgroups: list[Path]) -> int:
@@ -465,10 +650,68 @@ def serve(directory: Path, cgroups: list[Path]) -> int:
     os.dup2(log.fileno(), 1)
     os.dup2(log.fileno(), 2)
     os.close(devnull)
+    # This process stays as the keeper, the subreaper of what the supervisor (its
+    # child) spawns: if the supervisor dies, its commands become the keeper's, and
+    # their ends still reach the exit log.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    server = os.fork()
+    if server == 0:
+        code = 0
+        try:
+            Supervisor(listener, log, directory).run()
+        except BaseException:
+            traceback.print_exc(file=log)
+            log.flush()
+            code = 1
+        finally:
+            os._exit(code)
+    listener.close()
     try:
-        Supervisor(listener, log).run()
+        keep(server, directory, log)
     finally:
         os._exit(0)
+
+
+def keep(server: int, directory: Path, log: Any) -> None:
+    """The keeper: reap the supervisor when it ends and, from then on, the commands it
+    left (reparented to this subreaper), writing each one's end to the exit log; exit
+    once no child is left. While the supervisor lives it reaps its own children: what
+    reaches the keeper then is only what tasks orphaned (their cgroups end those)."""
+    writer: _exit_log.ExitLogWriter | None = None
+    server_alive = True
+    while True:
+        try:
+            # Not reaped yet (WNOWAIT): its start time can still be read.
+            info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        except ChildProcessError:
+            break
+        except InterruptedError:
+            continue
+        if info is None:
+            continue
+        pid = info.si_pid
+        try:
+            start_time: int | None = _task_wrapper.start_time_of(pid)
+        except (OSError, ValueError, IndexError):
+            start_time = None
+        _, status = os.waitpid(pid, 0)
+        if pid == server:
+            server_alive = False
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S")
+            print(
+                f"{stamp} supervisor keeper {os.getpid()}: the supervisor ended "
+                f"(wait status {status}); recording the ends of what it left",
+                file=log,
+                flush=True,
+            )
+            continue
+        if server_alive:
+            continue
+        if writer is None:
+            writer = _exit_log.ExitLogWriter(directory)
+        writer.add(_exit_log.exit_record(pid, start_time, status), durable=True)
+        writer.commit()
 
 
 def main(args: list[str]) -> int:

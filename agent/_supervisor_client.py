@@ -8,6 +8,11 @@ it could not start; `SupervisorGone` if the supervisor went away before it told)
 and `exited`, which resolves with the wrapper's wait status when the supervisor reaps
 it, or with None if the supervisor went away first (the wrapper lives on: wait for it
 with a pidfd, as for any process the agent did not start).
+`SupervisorClient.spawn` has the supervisor start a task's command itself (no
+wrapper: see `agent/_supervisor.py`); its `Spawned` is the command, `ready` at once,
+and `exited` resolves with its wait status once that is in the exit log
+(`agent/_exit_log.py`), with why it could not be confined (a string), or with None
+if the supervisor went away first (its keeper then writes the end to the log).
 A supervisor that went away is replaced by a new one at the next launch. Nothing
 here is durable: how a task ended is in its ``exit.json``.
 
@@ -59,7 +64,7 @@ class Spawned:
     pid: int
     start_time: int
     ready: asyncio.Future[int | None]
-    exited: asyncio.Future[int | None]
+    exited: asyncio.Future[int | str | None]
 
 
 @dataclass
@@ -67,12 +72,12 @@ class _Connection:
     sock: socket.socket
     frames: _supervisor.Frames = field(default_factory=_supervisor.Frames)
     output: list[tuple[bytes, Sequence[int]]] = field(default_factory=list)
-    hello: asyncio.Future[int] = field(
+    hello: asyncio.Future[tuple[int, int | None, bool]] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     launches: dict[int, asyncio.Future[Spawned]] = field(default_factory=dict)
     readies: dict[int, asyncio.Future[int | None]] = field(default_factory=dict)
-    exits: dict[int, asyncio.Future[int | None]] = field(default_factory=dict)
+    exits: dict[int, asyncio.Future[int | str | None]] = field(default_factory=dict)
 
 
 class SupervisorClient:
@@ -90,6 +95,8 @@ class SupervisorClient:
         self._next_id = 0
         self.pid: int | None = None
         self._start_time: int | None = None
+        self.can_spawn = False  # whether the supervisor reached can `spawn` (setpriv)
+        self._keeper: tuple[int, int] | None = None  # pid, start time
         # records directory -> (pid, start time) of the wrappers it said it runs
         self._wrappers: dict[str, tuple[int, int]] = {}
 
@@ -159,14 +166,55 @@ class SupervisorClient:
         self._send(connection, frame, fds)
         return await spawned
 
-    async def wait_gone(self) -> None:
-        """Wait (bounded) until the supervisor this client last reached has exited."""
+    async def spawn(
+        self,
+        *,
+        records: Path,
+        run: str,
+        cgroups: list[Path],
+        user: tuple[int, int, list[int]] | None,
+        argv: list[str],
+        env: Mapping[str, str],
+        cwd: Path,
+        fds: tuple[int, int],
+    ) -> Spawned:
+        """Have the supervisor start a task's command itself, in its cgroups (at least
+        one), as `user` (uid, gid, groups; None: the supervisor's). Raises as `launch`."""
+        await self.connect()
+        connection = self._connection
+        if connection is None:
+            raise SupervisorGone("the supervisor went away as it was reached")
+        self._next_id += 1
+        request_id = self._next_id
+        frame = _supervisor.encode(
+            {
+                "op": "spawn",
+                "id": request_id,
+                "run": run,
+                "records": str(records),
+                "cgroups": [str(c) for c in cgroups],
+                "user": [user[0], user[1], list(user[2])] if user is not None else None,
+                "argv": argv,
+                "env": dict(env),
+                "cwd": str(cwd),
+            }
+        )
+        spawned: asyncio.Future[Spawned] = asyncio.get_running_loop().create_future()
+        connection.launches[request_id] = spawned
+        self._send(connection, frame, fds)
+        return await spawned
+
+    async def wait_gone(self, *, keeper: bool = False) -> None:
+        """Wait (bounded) until the supervisor this client last reached has exited (and,
+        with `keeper`, its keeper, which exits once nothing is left to reap)."""
         pid, start_time = self.pid, self._start_time
         if pid is None or start_time is None:
             return
         try:
             async with asyncio.timeout(_STOP_TIMEOUT):
                 await wait_for_exit(pid, start_time)
+                if keeper and self._keeper is not None:
+                    await wait_for_exit(*self._keeper)
         except TimeoutError:
             log.warning("the supervisor did not exit", pid=pid)
 
@@ -175,7 +223,7 @@ class SupervisorClient:
         does once no wrapper is left."""
         async with self._lock:
             self._lost("the agent closed the connection", warn=False)
-            await self.wait_gone()
+            await self.wait_gone(keeper=True)
 
     # Internals.
 
@@ -222,11 +270,14 @@ class SupervisorClient:
         loop.add_reader(sock, self._on_readable, connection)
         try:
             async with asyncio.timeout(_HELLO_TIMEOUT):
-                pid = await connection.hello
+                pid, keeper, self.can_spawn = await connection.hello
         except TimeoutError:
             self._lost("no hello from the supervisor")
             raise SupervisorGone("the supervisor did not answer") from None
         self.pid, self._start_time = pid, process_start_time(pid)
+        # The keeper (the supervisor's parent) outlives it by a moment: waited for too.
+        keeper_start = process_start_time(keeper) if keeper is not None else None
+        self._keeper = (keeper, keeper_start) if keeper is not None and keeper_start else None
         log.info("connected to the supervisor", pid=pid, wrappers=len(self._wrappers))
 
     def _send(self, connection: _Connection, frame: bytes, fds: Sequence[int]) -> None:
@@ -304,14 +355,22 @@ class SupervisorClient:
                 ready.set_result(None)  # it ended without its command starting
             exited = connection.exits.pop(pid, None)
             if exited is not None and not exited.done():
-                exited.set_result(_int(message["status"]))
+                error = message.get("error")
+                exited.set_result(str(error) if error is not None else _int(message["status"]))
         elif op == "wrappers":
             for wrapper in message["wrappers"]:
                 pid, start_time = _int(wrapper["pid"]), _int(wrapper["start_time"])
                 self._wrappers[str(wrapper["records"])] = (pid, start_time)
         elif op == "hello":
             if not connection.hello.done():
-                connection.hello.set_result(_int(message["pid"]))
+                keeper = message.get("keeper")
+                connection.hello.set_result(
+                    (
+                        _int(message["pid"]),
+                        keeper if isinstance(keeper, int) and keeper > 1 else None,
+                        message.get("spawn") is True,
+                    )
+                )
         else:
             raise ValueError(f"unknown op {op!r}")
 

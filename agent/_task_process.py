@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import structlog
 
-from mesolite.agent import _task_wrapper
+from mesolite.agent import _exit_log, _task_wrapper
 from mesolite.agent._cgroups import CgroupStats
 from mesolite.agent._checkpoint import read_json, write_json_atomically
 from mesolite.agent._procs import (
@@ -65,6 +65,30 @@ log = structlog.get_logger("mesolite.agent.tasks")
 
 # How agents before the supervisor ran a wrapper: found by its command line on recovery.
 _WRAPPER = Path(_task_wrapper.__file__).absolute()
+# How long a spawned command that ended while the supervisor was away may take to have
+# its end in the exit log (its keeper writes it once it has reaped it).
+_LOGGED_END_TIMEOUT = 5.0
+_LOG_REREAD = 0.05  # seconds: the exit log is read again at most this often
+
+
+class _ExitLogCache:
+    """The supervisor's exit log as last read, read again when older than `_LOG_REREAD`
+    (only recovered and adopted runs read it; a live run hears its end from the
+    supervisor)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._directory = directory
+        self._log = _exit_log.ExitLog()
+        self._read_at = -_LOG_REREAD
+        self._lock = asyncio.Lock()
+
+    async def current(self, *, fresh: bool = False) -> _exit_log.ExitLog:
+        async with self._lock:
+            now = time.monotonic()
+            if fresh or now - self._read_at >= _LOG_REREAD:
+                self._log = await asyncio.to_thread(_exit_log.read, self._directory)
+                self._read_at = now
+            return self._log
 
 
 class TaskProcesses:
@@ -88,6 +112,7 @@ class TaskProcesses:
         self._grace = kill_grace_period
         self._isolator = isolator
         self._supervisor = supervisor
+        self._exit_log = _ExitLogCache(supervisor.directory)
 
     async def run(self, t: TaskRun) -> TaskTransition:
         """Run `t` to its end, or, recovered, watch it to its end; returns how it ended."""
@@ -135,6 +160,11 @@ class TaskProcesses:
             )
             return t.transition(TaskState.FAILED, str(e))
         try:
+            # First: whether it can start the command itself decides the launcher.
+            await self._supervisor.connect()
+        except AgentError as e:
+            return t.transition(TaskState.FAILED, f"could not start the command: {e}")
+        try:
             stdout, stderr, container = await off_loop(self._set_up, t, user)
         except _SetUpFailed as e:
             t.sandbox_ready = e.sandbox_ready
@@ -145,14 +175,30 @@ class TaskProcesses:
             if t.kill_requested:
                 return t.transition(TaskState.KILLED, "killed before it started")
             try:
-                spawned = await self._supervisor.launch(
-                    records=t.records,
-                    options=container.wrapper_args(),
-                    argv=[self._shell, "-c", t.spec.command],
-                    env=self._environment(t),
-                    cwd=t.sandbox,
-                    fds=(stdout.fileno(), stderr.fileno()),
-                )
+                if t.launcher == "spawn":
+                    assert container.cgroup is not None
+                    user_ids = container.user
+                    spawned = await self._supervisor.spawn(
+                        records=t.records,
+                        run=t.run_id,
+                        cgroups=list(container.cgroup.paths),
+                        user=(user_ids.uid, user_ids.gid, list(user_ids.groups))
+                        if user_ids is not None
+                        else None,
+                        argv=[self._shell, "-c", t.spec.command],
+                        env=self._environment(t),
+                        cwd=t.sandbox,
+                        fds=(stdout.fileno(), stderr.fileno()),
+                    )
+                else:
+                    spawned = await self._supervisor.launch(
+                        records=t.records,
+                        options=container.wrapper_args(),
+                        argv=[self._shell, "-c", t.spec.command],
+                        env=self._environment(t),
+                        cwd=t.sandbox,
+                        fds=(stdout.fileno(), stderr.fileno()),
+                    )
             except SupervisorGone as e:
                 return await self._adopt(t, None, e)
         except (OSError, ValueError, AgentError) as e:
@@ -161,6 +207,8 @@ class TaskProcesses:
             stdout.close()
             stderr.close()
         t.wrapper_pid = spawned.pid
+        if t.launcher == "spawn":
+            return await self._follow_spawned(t, spawned)
         try:
             # The wrapper records its pid, then starts the command and says so.
             command = await spawned.ready
@@ -173,7 +221,9 @@ class TaskProcesses:
             t.started = time.time()
             t.state = t.live_state = TaskState.RUNNING
             await write_checkpoint(t, durable=False)  # its pid: no use after a crash
-            log.info("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+            log.debug(
+                "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid
+            )
             self._report(t.transition(TaskState.RUNNING))
             if t.kill_requested:
                 self._start_escalation(t)
@@ -181,8 +231,52 @@ class TaskProcesses:
         if status is None:  # the supervisor went away: the wrapper is nobody's child now
             await wait_for_exit(spawned.pid, spawned.start_time)
         t.exited.set()
-        returncode = os.waitstatus_to_exitcode(status) if status is not None else None
+        returncode = os.waitstatus_to_exitcode(status) if isinstance(status, int) else None
         return await self._outcome(t, returncode, ended_while_down=False)
+
+    async def _follow_spawned(self, t: TaskRun, spawned: Spawned) -> TaskTransition:
+        """A command the supervisor started itself (in its own session): RUNNING once
+        its shim is in its cgroup; followed to its end, which the supervisor tells once
+        it is in the exit log."""
+        try:
+            # Its shim says so once it is in its cgroup (or it ends without a word).
+            command = await spawned.ready
+        except SupervisorGone as e:
+            return await self._adopt(t, spawned, e)
+        t.pid, t.start_time = spawned.pid, spawned.start_time
+        if command is not None:
+            t.started = time.time()
+            t.state = t.live_state = TaskState.RUNNING
+            await write_checkpoint(t, durable=False)  # its pid: no use after a crash
+            log.debug(
+                "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid
+            )
+            self._report(t.transition(TaskState.RUNNING))
+            if t.kill_requested:
+                self._start_escalation(t)
+        status = await spawned.exited
+        record: dict[str, Any] | None
+        if isinstance(status, str):
+            record = _exit_log.error_record(spawned.pid, spawned.start_time, status)
+        elif status is not None:
+            record = _exit_log.exit_record(spawned.pid, spawned.start_time, status)
+        else:  # the supervisor went away: its keeper writes the end to the log
+            await wait_for_exit(spawned.pid, spawned.start_time)
+            record = await self._logged_end(t)
+        t.exited.set()
+        return await self._outcome(t, None, ended_while_down=False, record=record)
+
+    async def _logged_end(self, t: TaskRun) -> dict[str, Any] | None:
+        """A spawned command's end from the exit log, waiting (bounded) for it to be
+        written; None if it is not there in time (nobody was left to reap it)."""
+        assert t.pid is not None and t.start_time is not None
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _LOGGED_END_TIMEOUT
+        while True:
+            end = (await self._exit_log.current()).end_of(t.pid, t.start_time)
+            if end is not None or loop.time() > deadline:
+                return end
+            await asyncio.sleep(_LOG_REREAD)
 
     async def _adopt(
         self, t: TaskRun, spawned: Spawned | None, gone: SupervisorGone
@@ -215,6 +309,10 @@ class TaskProcesses:
             log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
             why = f"could not set up the task's cgroup: {e}"
             raise _SetUpFailed(why, sandbox_ready=True) from e
+        # With a cgroup to join, the supervisor can start the command itself (its shim
+        # joins the cgroup and switches user); else a wrapper (rlimits, a subreaper).
+        can_spawn = self._supervisor.can_spawn and container.cgroup is not None
+        t.launcher = "spawn" if can_spawn else "wrapper"
         # Before the wrapper exists: a restarted agent then knows the run never got
         # going (and which cgroup it had), rather than finding nothing. Written here,
         # without `write_checkpoint`'s lock: until the run has a pid nothing else writes.
@@ -257,15 +355,26 @@ class TaskProcesses:
                 self._start_escalation(t)
             await wait_for_exit(t.pid, t.start_time)
             t.exited.set()
-            return await self._outcome(t, None, ended_while_down=False)
+            record = await self._logged_end(t) if t.launcher == "spawn" else None
+            return await self._outcome(t, None, ended_while_down=False, record=record)
         t.exited.set()
+        record = await self._logged_end(t) if t.launcher == "spawn" else None
         if adopting:
-            return await self._outcome(t, None, ended_while_down=False)
+            return await self._outcome(t, None, ended_while_down=False, record=record)
         bound.info("the task ended while the agent was down")
-        return await self._outcome(t, None, ended_while_down=True)
+        return await self._outcome(t, None, ended_while_down=True, record=record)
 
     async def _find_wrapper(self, t: TaskRun) -> tuple[int, int] | None:
-        """(pid, start time) of a task's wrapper that the last agent did not checkpoint."""
+        """(pid, start time) of a task's wrapper (or spawned command) that the last agent
+        did not checkpoint."""
+        if t.launcher == "spawn":
+            # The supervisor wrote it to the exit log before it told any agent.
+            spawned = (await self._exit_log.current(fresh=True)).spawned.get(t.run_id)
+            if spawned is None:
+                spawned = self._supervisor.wrapper_of(t.records)
+            if spawned is not None:
+                log.info("found the command of a task caught starting", task_id=t.spec.task_id)
+            return spawned
         for _ in range(2):
             try:
                 wrapper = await asyncio.to_thread(read_json, t.records / WRAPPER_FILE)
@@ -296,11 +405,17 @@ class TaskProcesses:
         return [sys.executable, "-I", str(_WRAPPER), str(t.records)]
 
     async def _outcome(
-        self, t: TaskRun, wrapper_returncode: int | None, *, ended_while_down: bool
+        self,
+        t: TaskRun,
+        wrapper_returncode: int | None,
+        *,
+        ended_while_down: bool,
+        record: dict[str, Any] | None = None,
     ) -> TaskTransition:
-        """The terminal transition, from the wrapper's `exit.json` when it wrote one."""
+        """The terminal transition, from the wrapper's `exit.json` when it wrote one, or,
+        for a spawned command, from its `record` in the exit log."""
         assert t.pid is not None
-        record, stats = await off_loop(self._end_of, t)
+        record, stats = await off_loop(self._end_of, t, record)
         returncode = returncode_of(record)
         limitation = t.container.limitation(stats) if t.container else None
         if record is not None and "error" in record:
@@ -320,7 +435,9 @@ class TaskProcesses:
                     TaskState.FAILED, f"{limitation.message} ({how})", exit_code, limitation.reason
                 )
             return t.transition(TaskState.FAILED, how, exit_code)
-        if ended_while_down:
+        if t.launcher == "spawn":
+            why = "the task's command ended with nobody left to record its exit status"
+        elif ended_while_down:
             why = "the task's wrapper died while the agent was down"
         elif wrapper_returncode is not None:
             how = describe_exit(wrapper_returncode)[1].replace("command", "wrapper")
@@ -332,17 +449,28 @@ class TaskProcesses:
         return t.transition(TaskState.FAILED, why)
 
     @staticmethod
-    def _end_of(t: TaskRun) -> tuple[dict[str, Any] | None, CgroupStats | None]:
-        """The wrapper's `exit.json`, and the container's last figures once whatever the
-        command left behind is killed and the container removed. Blocking."""
+    def _end_of(
+        t: TaskRun, logged: dict[str, Any] | None
+    ) -> tuple[dict[str, Any] | None, CgroupStats | None]:
+        """How the command ended (the wrapper's `exit.json`; for a spawned command, its
+        `logged` end), and the container's last figures once whatever the command left
+        behind is killed and the container removed. Blocking."""
         assert t.pid is not None
-        try:
-            record = read_json(t.records / EXIT_FILE)
-        except (OSError, ValueError) as e:
-            log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
-            record = None
+        record = logged
+        if t.launcher == "wrapper":
+            try:
+                record = read_json(t.records / EXIT_FILE)
+            except (OSError, ValueError) as e:
+                log.warning("unreadable exit status", task_id=t.spec.task_id, error=str(e))
+                record = None
         returncode = returncode_of(record)
-        wrapper_cleaned_up = record is not None and (returncode is not None or "error" in record)
+        # A wrapper that recorded the end also killed its group; a spawned command
+        # has nobody to do that for it.
+        wrapper_cleaned_up = (
+            t.launcher == "wrapper"
+            and record is not None
+            and (returncode is not None or "error" in record)
+        )
         # Unless the wrapper ended its process group itself, do it for it; but not
         # when the pid names a live process again (then the group is not ours).
         if not wrapper_cleaned_up and process_start_time(t.pid) is None:

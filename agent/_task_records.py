@@ -82,6 +82,9 @@ class TaskRun:
     user: str = ""  # its framework's user, as the launch named it ("": the task user)
     state: TaskState = TaskState.STARTING
     live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
+    # "spawn": the supervisor started the command itself (pid: the command's, its end in
+    # the supervisor's exit log); "wrapper": a task wrapper runs it (pid: the wrapper's).
+    launcher: str = "wrapper"
     wrapper_pid: int | None = None  # as soon as this agent's supervisor forked it
     pid: int | None = None  # the wrapper's (also its group's), once a kill may signal it
     start_time: int | None = None  # the wrapper's, in clock ticks since boot
@@ -217,6 +220,7 @@ def checkpoint_record(
         },
         "run_id": t.run_id,
         "user": t.user,
+        "launcher": t.launcher,
         "pid": t.pid,
         "pid_start_time": t.start_time,
         "started": t.started,
@@ -305,6 +309,7 @@ def task_from_checkpoint(records: Path, sandbox: Path, record: dict[str, Any]) -
         _str(record.get("run_id", "")),
         records,
         user=_str(record.get("user", "")),
+        launcher="spawn" if record.get("launcher") == "spawn" else "wrapper",
         state=TaskState(record["state"]),
         pid=pid,
         start_time=start_time,

@@ -95,6 +95,7 @@ log = structlog.get_logger(__name__)
 # Used when the master's `registered` carries no usable interval.
 DEFAULT_HEARTBEAT_INTERVAL = 5.0
 _OUTBOX_SIZE = 256
+ACTIVITY_LOG_PERIOD = 10.0  # seconds between the agent's activity lines, as the master's
 # A busy stream waits this long after a write for more calls to send in one batch.
 _LINGER = 0.02
 _HALF_CLOSE_WAIT = 1.0  # how long a stopping agent waits for the master to end the stream
@@ -201,18 +202,21 @@ class Agent:
             work_dir=str(self._work_dir),
         )
         gc: asyncio.Task[None] | None = None
+        activity: asyncio.Task[None] | None = None
         try:
             await self._recover()
             # After recovery: the runner knows which tasks are live (never collected).
             gc = asyncio.create_task(self._gc.run(), name="mesolite-agent-gc")
+            activity = asyncio.create_task(self._log_activity(), name="mesolite-agent-activity")
             await self._serve()
         except Exception as e:
             self._error = e
             raise
         finally:
-            if gc is not None:
-                gc.cancel()
-                await asyncio.gather(gc, return_exceptions=True)
+            for helper in (gc, activity):
+                if helper is not None:
+                    helper.cancel()
+                    await asyncio.gather(helper, return_exceptions=True)
             self._registered.clear()
             await self._runner.shutdown()
             # What the tasks' ends reported must be on disk for the next start.
@@ -222,6 +226,14 @@ class Agent:
             await asyncio.to_thread(self._runner.close)
             self._done.set()
             log.info("agent stopped", agent_id=self._agent_id)
+
+    async def _log_activity(self) -> None:
+        """One info line a period with how many tasks started, ran and ended (each is
+        logged at debug), if any did."""
+        while True:
+            await asyncio.sleep(ACTIVITY_LOG_PERIOD)
+            if counts := self._runner.take_activity():
+                log.info("activity", agent_id=self._agent_id, **counts)
 
     async def stop(self) -> None:
         """Ask `run()` to finish and wait until it has. Safe to call more than once."""

@@ -62,6 +62,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from collections import Counter
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
 
@@ -139,6 +140,7 @@ class TaskRunner:
         self._ended: dict[tuple[str, str], EndedTask] = {}
         self._finishing: set[tuple[str, str]] = set()  # ended, end checkpoint not yet written
         self._meter = UsageMeter()
+        self._activity: Counter[TaskState] = Counter()  # transitions, by state
 
     @property
     def supervisor_pid(self) -> int | None:
@@ -224,7 +226,7 @@ class TaskRunner:
         previous = self._ended.get(key)
         t.previous = previous.lifecycle if previous is not None else None
         self._add(t)
-        bound.info(
+        bound.debug(  # per task at debug: counted in the activity line (`take_activity`)
             "task starting",
             sandbox=str(t.sandbox),
             command=task.command,
@@ -323,7 +325,18 @@ class TaskRunner:
 
     # Internals, in the order a task goes through them.
 
+    def take_activity(self) -> dict[str, int]:
+        """How many tasks entered each state since the last take (e.g. ``task_running``),
+        none that are 0; the agent logs them as one info line a period."""
+        counts = {
+            f"tasks_{state.value.removeprefix('TASK_').lower()}": n
+            for state, n in sorted(self._activity.items(), key=lambda kv: kv[0].value)
+        }
+        self._activity.clear()
+        return counts
+
     def _report(self, transition: TaskTransition) -> Awaitable[None] | None:
+        self._activity[transition.state] += 1
         try:
             return self._on_status(transition)
         except Exception:
@@ -382,7 +395,9 @@ class TaskRunner:
         self._ended[t.key] = EndedTask(
             RunningTask(t.framework_id, t.spec, final.state), t.run_id, asyncio.current_task()
         )
-        log.info(
+        # A task that finished: at debug (counted in the activity line); any other end
+        # at info, with why.
+        (log.debug if final.state is TaskState.FINISHED else log.info)(
             "task ended",
             framework_id=t.framework_id,
             task_id=t.spec.task_id,

@@ -5,6 +5,7 @@ whole local cluster end to end.
         [--isolation auto|process-tree] [--command true]
     python scripts/bench_task_starts.py cluster [--tasks 1000] [--agents 2]
         [--agent-resources "cpus:16;mem:16384"] [--command true]
+    python scripts/bench_task_starts.py compare --checkouts A B [--rounds 5] -- PART [ARGS]
 
 ``runner``: one agent's task runner (no master, no network, every guarantee of a real
 agent: sandbox, records, checkpoints, cgroup or fallback, the task user when run as
@@ -17,11 +18,15 @@ CPU seconds this process (the agent) used per task.
 `mesolite agent`), and in this process a greedy batch framework (`examples/batch.py`,
 as many tasks per offer as fit, cpus 0.1 and mem 32 each) that runs `--tasks` tasks;
 tasks per second from subscription to the last end, and the CPU seconds each process
-used.
+used: the master, each agent, the agents' supervisors (with their keepers) and, reaped
+by them, the task commands (and wrappers), and the framework, and all of them together.
 
 Which code runs is whatever `mesolite` imports as (PYTHONPATH): run the same script
-against two checkouts to compare them. Needs root for cgroups and the task user; cleans
-up its work dirs and cgroups.
+against two checkouts to compare them. ``compare`` does that: it runs PART (runner or
+cluster, with ARGS) once per checkout per round, alternating A B A B..., each a process
+of its own with PYTHONPATH set to the checkout, and prints every run's figures and
+their medians per checkout. ``--json`` prints a run's figures as one JSON line. Needs
+root for cgroups and the task user; cleans up its work dirs and cgroups.
 """
 
 from __future__ import annotations
@@ -29,17 +34,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
+import re
 import resource
 import shutil
 import signal
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from bench_isolation import Timings, remove_cgroups  # this directory's
 
@@ -131,6 +140,21 @@ async def bench_runner(args: argparse.Namespace) -> int:
         bad = sum(timings.states[i] is not TaskState.FINISHED for i in ids)
         to_running = [timings.running[i] - timings.launched[i] for i in ids if i in timings.running]
         to_end = [timings.ended[i] - timings.launched[i] for i in ids]
+        figures = {
+            "tasks_per_s": args.tasks / wall,
+            "to_running_ms_median": statistics.median(to_running) * 1000 if to_running else None,
+            "to_end_ms_median": statistics.median(to_end) * 1000,
+            "cpu_ms_per_task": {
+                "agent": cpu / args.tasks * 1000,
+                "supervisor": supervisor / args.tasks * 1000,
+                "commands": children / args.tasks * 1000,
+                "all": (cpu + supervisor + children) / args.tasks * 1000,
+            },
+            "load": os.getloadavg()[0],
+        }
+        if args.json:
+            print(json.dumps(figures))
+            return 0 if not bad else 1
         print(
             f"runner: {args.tasks} x `{args.command}`, at most {args.window} at once, "
             f"{isolator.mode.value}, as {isolator.task_user_name}; "
@@ -145,6 +169,7 @@ async def bench_runner(args: argparse.Namespace) -> int:
         )
         print(f"  supervisor CPU per task, ms  {supervisor / args.tasks * 1000:8.2f}")
         print(f"  wrappers and commands, ms    {children / args.tasks * 1000:8.2f}")
+        print(f"  all of them, ms per task     {figures['cpu_ms_per_task']['all']:8.2f}")
         if bad:
             print(f"  {bad} tasks did not finish, e.g. {sorted(set(timings.why.values()))[:3]}")
             return 1
@@ -230,12 +255,28 @@ async def bench_cluster(args: argparse.Namespace) -> int:
         )
         framework = BatchFramework(spec, out=lambda line: None)
         cpu_before = {name: process_cpu(p.pid) for name, p in processes.items()}
+        agent_dirs = [work / f"agent-{i}" for i in range(args.agents)]
+        supervisors_before = supervisors_cpu(agent_dirs)
         own_before, started = cpu_seconds(), time.perf_counter()
         await asyncio.wait_for(framework.run(address), args.timeout)
         wall = time.perf_counter() - started
         cpu = {name: process_cpu(p.pid) - cpu_before[name] for name, p in processes.items()}
+        own, reaped = (
+            a - b for a, b in zip(supervisors_cpu(agent_dirs), supervisors_before, strict=True)
+        )
+        cpu["supervisors"], cpu["commands"] = own, reaped
         cpu["framework"] = cpu_seconds() - own_before
+        cpu["all"] = sum(cpu.values())
         stats = framework.stats
+        if args.json:
+            per_task = {name: seconds / args.tasks * 1000 for name, seconds in cpu.items()}
+            figures = {
+                "tasks_per_s": args.tasks / wall,
+                "cpu_ms_per_task": per_task,
+                "load": os.getloadavg()[0],
+            }
+            print(json.dumps(figures))
+            return 0 if stats.finished == args.tasks else 1
         print(
             f"cluster: master + {args.agents} agents ({args.agent_resources}) as processes, "
             f"greedy framework, {args.tasks} x `{args.command}` (cpus 0.1, mem 32); "
@@ -262,6 +303,71 @@ async def bench_cluster(args: argparse.Namespace) -> int:
                     await process.wait()
         remove_cgroups(root)
         shutil.rmtree(work, ignore_errors=True)
+
+
+def supervisors_cpu(agent_dirs: list[Path]) -> tuple[float, float]:
+    """CPU seconds so far of the agents' supervisors and keepers (their own), and of
+    what they reaped (the task commands, or wrappers with theirs); 0 for an agent
+    whose supervisor has not started yet."""
+    own = reaped = 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    for directory in agent_dirs:
+        log = directory / "supervisor" / "supervisor.log"
+        try:
+            text = log.read_text()
+        except FileNotFoundError:
+            continue
+        pids = {int(m) for m in re.findall(r"supervisor (\d+): started", text)}
+        for pid in list(pids):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                parent = int(Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1])
+                pids.add(parent)  # its keeper (or, before keepers, init: not counted)
+        for pid in pids - {0, 1}:
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue  # gone: its figures with it
+            own += (int(fields[11]) + int(fields[12])) / tick
+            reaped += (int(fields[13]) + int(fields[14])) / tick
+    return own, reaped
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Run `args.rest` once per checkout per round, alternating; print medians."""
+    rest = [a for a in args.rest if a != "--"]
+    if not rest or rest[0] not in ("runner", "cluster"):
+        print("compare needs `-- runner ...` or `-- cluster ...`")
+        return 2
+    checkouts = [os.path.abspath(c) for c in args.checkouts]
+    results: dict[str, list[dict[str, Any]]] = {c: [] for c in checkouts}
+    for round_ in range(args.rounds):
+        for checkout in checkouts:
+            env = {**os.environ, "PYTHONPATH": checkout}
+            done = subprocess.run(
+                [sys.executable, __file__, "--json", *rest],
+                env=env,
+                cwd=checkout,
+                stdout=subprocess.PIPE,
+                check=False,
+            )
+            lines = [line for line in done.stdout.decode().splitlines() if line.startswith("{")]
+            if done.returncode != 0 or not lines:
+                print(f"round {round_ + 1} {checkout}: failed ({done.returncode}): {done.stdout!r}")
+                return 1
+            figures = json.loads(lines[-1])
+            results[checkout].append(figures)
+            print(f"round {round_ + 1} {checkout}: {json.dumps(figures)}", flush=True)
+    print(f"medians of {args.rounds} rounds ({' '.join(rest)}):")
+    for checkout, runs in results.items():
+        rate = statistics.median(r["tasks_per_s"] for r in runs)
+        cpu = {
+            name: statistics.median(r["cpu_ms_per_task"][name] for r in runs)
+            for name in runs[0]["cpu_ms_per_task"]
+        }
+        load = statistics.median(r["load"] for r in runs)
+        per_task = ", ".join(f"{name} {ms:.2f}" for name, ms in cpu.items())
+        print(f"  {checkout}: {rate:.1f} tasks/s; CPU ms per task {per_task}; load {load:.1f}")
+    return 0
 
 
 async def wait_for_agents(http_port: int, count: int, timeout: float = 60.0) -> None:
@@ -293,9 +399,17 @@ def main() -> int:
     for p in (runner, cluster):
         p.add_argument("--tasks", type=int, default=1000)
         p.add_argument("--command", default="true")
+    both = sub.add_parser("compare", help="two checkouts (or more), alternated")
+    both.add_argument("--checkouts", nargs="+", required=True)
+    both.add_argument("--rounds", type=int, default=5)
+    both.add_argument("rest", nargs=argparse.REMAINDER, help="-- runner|cluster [ARGS]")
+    parser.add_argument("--json", action="store_true", help="one JSON line of figures")
     args = parser.parse_args()
     logs.configure(level="warning")
-    print(f"code: {Path(mesolite.__file__).parent.parent}")
+    if args.part == "compare":
+        return compare(args)
+    if not args.json:
+        print(f"code: {Path(mesolite.__file__).parent.parent}")
     bench = bench_runner if args.part == "runner" else bench_cluster
     return asyncio.run(bench(args))
 

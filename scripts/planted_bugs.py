@@ -51,6 +51,7 @@ SUPERVISOR_TESTS = (
     "tests/test_agent_tasks.py",
     "tests/test_agent_recovery.py",
 )
+SPAWN_TESTS = ("tests/test_agent_spawn.py",)
 USER_TESTS = (
     "tests/test_task_users.py",
     "tests/test_attack_review.py::"
@@ -398,6 +399,64 @@ BUGS = [
         "            await self._supervisor.connect(start=False)",
         "            pass",
         SUPERVISOR_TESTS,
+    ),
+    # Commands the supervisor spawns itself (issue 15): each a way to lose a real exit
+    # status, or a guarantee of the container.
+    Bug(
+        "spawn: the keeper does not record the ends of what a dead supervisor left",
+        "agent/_supervisor.py",
+        "        if server_alive:\n            continue",
+        "        if True:\n            continue",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: ends are not written to the exit log",
+        "agent/_supervisor.py",
+        "            self._exits.add(record, durable=True)",
+        "            pass",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: the exit log's group commit does not fsync",
+        "agent/_exit_log.py",
+        "        if durable:\n            os.fsync(self._fd)",
+        "        if False:\n            os.fsync(self._fd)",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: a recovered command's end is not read from the exit log",
+        "agent/_task_process.py",
+        "            end = (await self._exit_log.current()).end_of(t.pid, t.start_time)",
+        "            end = None",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: a command whose pid was not checkpointed is not looked for in the log",
+        "agent/_task_process.py",
+        "            spawned = (await self._exit_log.current(fresh=True)).spawned.get(t.run_id)",
+        "            spawned = None",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: the shim says the command is ready before it is in its cgroup",
+        "agent/_supervisor.py",
+        """    'while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '""",
+        """    'echo "$$" >&3; while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '""",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: a spawned command is not put into its cgroup",
+        "agent/_supervisor.py",
+        'argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]',
+        'argv = [SHELL, "-c", SHIM, "mesolite-task", "--"]',
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "spawn: a spawned command keeps the supervisor's user",
+        "agent/_supervisor.py",
+        "        if self.user is not None:\n            uid, gid, groups = self.user",
+        "        if False:\n            uid, gid, groups = self.user",
+        ISOLATION_TESTS,
     ),
     # Batches on the agent's stream (issue 15): asked for, read, and sent only once told.
     Bug(
@@ -873,7 +932,30 @@ HA_BUGS = [
 # The simulator (issue 18): it must run the real core in virtual time, and ask for what
 # each policy's frameworks would ask for.
 SIM_TESTS = ("tests/test_simulator.py",)
+PREEMPTION_TESTS = ("tests/test_preemption.py",)
 SIM_BUGS = [
+    Bug(
+        "preempt creating a new deficit (victim pushed below its threshold of its fair share)",
+        "master/preemption.py",
+        "            if below_guarantee(after, v.guarantee) or below_fair_share(\n"
+        "                _with(v, after), total, policy\n            ):",
+        "            if below_guarantee(after, v.guarantee):",
+        PREEMPTION_TESTS,
+    ),
+    Bug(
+        "preempt below the victim's guarantee",
+        "master/preemption.py",
+        "            if below_guarantee(after, v.guarantee) or below_fair_share(",
+        "            if False or below_fair_share(",
+        PREEMPTION_TESTS,
+    ),
+    Bug(
+        "preempt from a role no longer above the starved one",
+        "master/preemption.py",
+        "            if kind is Kind.FAIR_SHARE and share(victim, after) < share(",
+        "            if False and share(victim, after) < share(",
+        PREEMPTION_TESTS,
+    ),
     Bug(
         "sim: a task ends as it starts",
         "mesolite/lab/sim/engine.py",

@@ -16,6 +16,7 @@ from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import AgentProcess, LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.support.cgroups import TEST_CGROUPS_ROOT
+from tests.support.exits import exit_record
 from tests.waiting import wait_for_condition, within
 
 HOSTNAME = "phoenix"
@@ -111,15 +112,18 @@ async def test_killed_agent_comes_back_with_its_tasks_and_their_real_ends(
             await fw.wait_state("short", TaskState.RUNNING)
             assert fw.framework_id
             long_task = checkpoint(work_dir, fw.framework_id, "long")
-            short_exit = records(work_dir, fw.framework_id, "short") / "exit.json"
+            short_records = records(work_dir, fw.framework_id, "short")
+
+            def short_ended() -> bool:
+                return exit_record(short_records) is not None
 
             await sigkill(first)
-            assert not short_exit.exists(), "the short task must end while the agent is down"
+            assert not short_ended(), "the short task must end while the agent is down"
             await wait_for_condition(
                 lambda: not cluster.master.agents[agent_id].connected,
                 what="the master to see the agent go",
             )
-            await wait_for_condition(short_exit.exists, timeout=10, what="the short task to end")
+            await wait_for_condition(short_ended, timeout=10, what="the short task to end")
             assert TaskState.FAILED not in fw.states("short")
 
             await start_agent(cluster, work_dir)

@@ -97,11 +97,14 @@ class RunnerProcess:
         self.supervisor = 0
 
     @classmethod
-    async def start(cls, work_dir: Path, commands: list[str]) -> RunnerProcess:
+    async def start(
+        cls, work_dir: Path, commands: list[str], cgroups_root: str | None = None
+    ) -> RunnerProcess:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
             "tests.support.runner_process",
+            *(["--cgroups", cgroups_root] if cgroups_root is not None else []),
             str(work_dir),
             *commands,
             cwd=ROOT,
@@ -364,7 +367,9 @@ async def test_the_supervisor_runs_in_its_own_session_and_cgroup(
         await recorder.wait_state("t", TaskState.RUNNING)
         supervisor = runner.supervisor_pid
         assert supervisor is not None
-        assert os.getsid(supervisor) == supervisor != os.getsid(0)
+        # Its session is its keeper's (its parent, the subreaper of what it spawns).
+        keeper = int(Path(f"/proc/{supervisor}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        assert os.getsid(supervisor) == keeper == os.getsid(keeper) != os.getsid(0)
         cgroups = Path(f"/proc/{supervisor}/cgroup").read_text()
         ours = Path("/proc/self/cgroup").read_text()
         expected = f"/{root}/{scope_name(work_dir)}/{SUPERVISOR_CGROUP}"

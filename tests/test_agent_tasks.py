@@ -11,6 +11,7 @@ import pytest
 from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
+from tests.support.exits import exit_record
 from tests.waiting import wait_for_condition
 
 FW = "fw-1"
@@ -242,14 +243,31 @@ async def test_a_task_id_can_run_again_after_it_ended(
     runner.launch(FW, task("t1", "exit 1"))
     first = await recorder.wait_final("t1")
     records = runner.records_path(FW, "t1")
-    assert json.loads((records / "exit.json").read_text())["exit_code"] == 1
+    first_end = exit_record(records)
+    assert first_end is not None and first_end["exit_code"] == 1
 
     runner.launch(FW, task("t1", "sleep 30"))
     await wait_for_condition(
         lambda: recorder.states("t1").count(TaskState.RUNNING) == 2, what="the second run"
     )
     # The first run's status is gone: a restarted agent must not take it for this run's.
-    assert not (records / "exit.json").exists()
+    assert exit_record(records) is None
     record = checkpoint(runner, "t1")
     assert record["state"] == "TASK_RUNNING"
     assert record["run_id"] != first.run_id
+
+
+async def test_transitions_are_counted_for_one_activity_line(
+    runner: TaskRunner, recorder: Recorder
+) -> None:
+    for task_id, command in (("a", "exit 0"), ("b", "exit 0"), ("c", "exit 2")):
+        runner.launch(FW, task(task_id, command))
+    for task_id in "abc":
+        await recorder.wait_final(task_id)
+    assert runner.take_activity() == {
+        "tasks_starting": 3,
+        "tasks_running": 3,
+        "tasks_finished": 2,
+        "tasks_failed": 1,
+    }
+    assert runner.take_activity() == {}  # counted again from nothing

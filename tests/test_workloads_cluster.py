@@ -22,6 +22,7 @@ import aiohttp
 
 from mesolite.certs import init_cluster
 from tests.cluster import LocalCluster, fast
+from tests.support.exits import exit_record
 from tests.waiting import wait_for_condition
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,13 +110,20 @@ def ran(agent_dir: Path, framework_id: str) -> dict[str, dict[str, Any]]:
     """Every task of the framework that ran on the agent: its exit record and stdout."""
     out = {}
     for records in sorted((agent_dir / "meta" / framework_id).iterdir()):
-        exit_file = records / "exit.json"
         stdout = agent_dir / "sandboxes" / framework_id / records.name / "stdout"
         out[records.name] = {
-            "exit": json.loads(exit_file.read_text()) if exit_file.exists() else None,
+            "exit": exit_record(records),
             "stdout": stdout.read_text() if stdout.exists() else "",
         }
     return out
+
+
+def command_of(record: dict[str, Any]) -> int:
+    """The command of a task's checkpoint: the process itself when the supervisor spawned
+    it, else its wrapper's child."""
+    pid = record["pid"]
+    assert isinstance(pid, int)
+    return pid if record.get("launcher") == "spawn" else command_pid(pid)
 
 
 def command_pid(wrapper_pid: int) -> int:
@@ -247,7 +255,7 @@ async def test_the_ticker_service_replaces_a_killed_instance_and_survives_its_re
         # An instance's process killed by hand is replaced.
         victim = first[1]
         [record] = [r for r in agent.checkpoints() if r["task"]["task_id"] == victim]
-        os.kill(command_pid(record["pid"]), signal.SIGKILL)
+        os.kill(command_of(record), signal.SIGKILL)
         state = await wait_state(
             cluster,
             lambda s: len(running(s)) == 3 and victim not in running(s),
