@@ -25,10 +25,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Self
 
+from mesolite.errors import MesoliteError
 from mesolite.master.etcd_client import EtcdClient, EtcdError, EtcdTls, Put
 
 
-class EtcdMissing(RuntimeError):
+class EtcdMissing(MesoliteError):
     """No `etcd` binary on PATH (apt-get install etcd-server)."""
 
 
