@@ -932,7 +932,30 @@ HA_BUGS = [
 # The simulator (issue 18): it must run the real core in virtual time, and ask for what
 # each policy's frameworks would ask for.
 SIM_TESTS = ("tests/test_simulator.py",)
+PREEMPTION_TESTS = ("tests/test_preemption.py",)
 SIM_BUGS = [
+    Bug(
+        "preempt creating a new deficit (victim pushed below its threshold of its fair share)",
+        "master/preemption.py",
+        "            if below_guarantee(after, v.guarantee) or below_fair_share(\n"
+        "                _with(v, after), total, policy\n            ):",
+        "            if below_guarantee(after, v.guarantee):",
+        PREEMPTION_TESTS,
+    ),
+    Bug(
+        "preempt below the victim's guarantee",
+        "master/preemption.py",
+        "            if below_guarantee(after, v.guarantee) or below_fair_share(",
+        "            if False or below_fair_share(",
+        PREEMPTION_TESTS,
+    ),
+    Bug(
+        "preempt from a role no longer above the starved one",
+        "master/preemption.py",
+        "            if kind is Kind.FAIR_SHARE and share(victim, after) < share(",
+        "            if False and share(victim, after) < share(",
+        PREEMPTION_TESTS,
+    ),
     Bug(
         "sim: a task ends as it starts",
         "mesolite/lab/sim/engine.py",
@@ -1042,6 +1065,13 @@ MESOS_BUGS = [
         (
             "tests/test_mesos_pymesos.py::test_an_idle_subscription_and_calls_connection_outlive_100_seconds",
         ),
+    ),
+    Bug(
+        "mesos: a revoked token's subscription lives on",
+        "master/mesos_api/endpoint.py",
+        "unwatch = self._authn.watch_request(request, outbox.close)",
+        "unwatch = self._authn.watch_request(request, lambda reason: None)",
+        ("tests/test_mesos_trust.py",),
     ),
     Bug(
         "mesos: tasks do not see MESOS_TASK_ID",

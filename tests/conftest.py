@@ -42,6 +42,7 @@ UNIT = {
     "test_mesos_core.py",
     "test_policies.py",
     "test_policy_properties.py",
+    "test_preemption.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",

@@ -20,7 +20,8 @@ from mesolite.master.mesos_api import convert, media, recordio, wire
 from mesolite.master.mesos_api.endpoint import MAX_BODY
 from mesolite.master.mesos_api.subscriptions import HELD_CONNECTIONS, Subscription, Subscriptions
 from mesolite.master.offers import InvalidTask
-from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
+from mesolite.model import Offer, StatusSource, TaskSpec, TaskState, TaskStatus
+from mesolite.resources import Resources
 from mesolite.stream_writer import StreamWriter
 from mesolite.v1.mesos import mesos_pb2, scheduler_pb2
 from tests.cluster import LocalCluster
@@ -512,3 +513,99 @@ def json_format_parse(document: dict[str, Any]) -> mesos_pb2.TaskInfo:
     from google.protobuf import json_format
 
     return json_format.ParseDict(document, mesos_pb2.TaskInfo())
+
+
+async def test_failing_over_to_a_new_subscription(
+    cluster: LocalCluster, session: aiohttp.ClientSession
+) -> None:
+    """SUBSCRIBE with the framework's id (a scheduler failing over): the old stream is told
+    why in an ERROR and ends, the new one has a new stream id, the old id is stale."""
+    first = await subscribe(session, cluster, failover_timeout=60)
+    framework_id = first.framework_id
+    again = subscribe_call(failover_timeout=60, id={"value": framework_id})
+    again["framework_id"] = {"value": framework_id}
+    response = await session.post(url_of(cluster), json=again, headers=JSON_HEADERS)
+    second = Stream(session, url_of(cluster), response)
+    await second.event("SUBSCRIBED")
+    assert second.framework_id == framework_id and second.stream_id != first.stream_id
+    error = await first.event("ERROR")
+    assert "another scheduler subscribed" in error["error"]["message"]
+    await asyncio.wait_for(first._reader, 10)  # the old stream ended
+    assert (await first.call({"type": "REVIVE"})).status == 400  # its stream id is stale
+    assert (await second.call({"type": "REVIVE"})).status == 202
+    await second.close()
+
+
+async def test_subscribing_suppressed(
+    cluster: LocalCluster, session: aiohttp.ClientSession
+) -> None:
+    body = subscribe_call()
+    body["subscribe"]["suppressed_roles"] = ["*"]
+    response = await session.post(url_of(cluster), json=body, headers=JSON_HEADERS)
+    stream = Stream(session, url_of(cluster), response)
+    await stream.event("SUBSCRIBED")
+    assert cluster.master.frameworks[stream.framework_id].suppressed
+    assert (await stream.call({"type": "REVIVE"})).status == 202
+    await stream.event("OFFERS")
+    await stream.close()
+
+
+@pytest.mark.unit
+def test_each_core_message_as_mesos_documents_its_event() -> None:
+    """The JSON of each event, as docs/scheduler-http-api.md shows it (with the nesting
+    of scheduler.proto, which Mesos sends and pymesos reads: `offers.offers`)."""
+    offer = Offer("o1", "f1", "s1", "agent.host", Resources.parse("cpus:2"), {"os": "ubuntu"})
+
+    def event(message: msg.FrameworkMessage) -> dict[str, Any] | None:
+        pb = convert.event_of(message, "engineering", partition_aware=False, multi_role=True)
+        return None if pb is None else wire.to_dict(pb)
+
+    assert event(msg.Offers([offer])) == {
+        "type": "OFFERS",
+        "offers": {"offers": [{
+            "allocation_info": {"role": "engineering"},
+            "id": {"value": "o1"},
+            "framework_id": {"value": "f1"},
+            "agent_id": {"value": "s1"},
+            "hostname": "agent.host",
+            "resources": [{
+                "allocation_info": {"role": "engineering"},
+                "name": "cpus", "type": "SCALAR", "scalar": {"value": 2.0}, "role": "*",
+            }],
+            "attributes": [{"name": "os", "type": "TEXT", "text": {"value": "ubuntu"}}],
+        }]},
+    }  # fmt: skip
+    assert event(msg.Rescind("o1")) == {"type": "RESCIND", "rescind": {"offer_id": {"value": "o1"}}}
+    status = TaskStatus("t1", "f1", "s1", TaskState.RUNNING, timestamp=5.0, update_id="u-1")
+    assert event(msg.Update(status)) == {
+        "type": "UPDATE",
+        "update": {"status": {
+            "task_id": {"value": "t1"}, "state": "TASK_RUNNING", "source": "SOURCE_EXECUTOR",
+            "agent_id": {"value": "s1"}, "timestamp": 5.0, "uuid": "dS0x",  # b"u-1"
+        }},
+    }  # fmt: skip
+    assert convert.update_id_of(b"u-1") == "u-1"
+    assert event(msg.AgentFailure("s1")) == {
+        "type": "FAILURE",
+        "failure": {"agent_id": {"value": "s1"}},
+    }
+    assert event(msg.Error("Framework is not authorized")) == {
+        "type": "ERROR",
+        "error": {"message": "Framework is not authorized"},
+    }
+    assert event(msg.Heartbeat()) == {"type": "HEARTBEAT"}
+    assert event(msg.Subscribed("f1", 15.0)) == {
+        "type": "SUBSCRIBED",
+        "subscribed": {"framework_id": {"value": "f1"}, "heartbeat_interval_seconds": 15.0},
+    }
+    assert event(msg.Reconciled("c", 0)) is None  # mesolite's own marker: no Mesos event
+
+
+@pytest.mark.unit
+def test_a_task_past_a_list_bound_is_invalid() -> None:
+    task = mesos_pb2.TaskInfo()
+    task.task_id.value = "t"
+    task.command.value = "true"
+    task.command.arguments.extend(["a"] * (convert.MAX_ARGUMENTS + 1))
+    invalid = convert.task_from_mesos(task, "")
+    assert isinstance(invalid, InvalidTask) and "arguments" in invalid.problem

@@ -29,7 +29,9 @@ from tests.cluster import LocalCluster
 from tests.recording import running
 from tests.waiting import wait_for_condition
 
-pytestmark = pytest.mark.asyncio(loop_scope="module")
+# The module's cluster for the idle check is set up in the first test and torn down in
+# the last: each may take longer than the default 120 s (the venv, if it must be made).
+pytestmark = [pytest.mark.asyncio(loop_scope="module"), pytest.mark.timeout(300)]
 
 ROOT = Path(__file__).resolve().parent.parent
 SCHEDULER = ROOT / "tests" / "support" / "pymesos_scheduler.py"

@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from mesolite.master import messages as msg
+from mesolite.master import validation
 from mesolite.master.errors import MasterError
 from mesolite.master.offers import InvalidTask
 from mesolite.model import FrameworkInfo, Offer, StatusSource, TaskSpec, TaskState, TaskStatus
@@ -46,6 +47,11 @@ MAX_REFUSE_SECONDS = 365 * 24 * 3600.0
 _CAPABILITY = M.FrameworkInfo.Capability
 PARTITION_AWARE = _CAPABILITY.PARTITION_AWARE
 MULTI_ROLE = _CAPABILITY.MULTI_ROLE
+
+# Lists of one TaskInfo (what the core keeps is bounded again by master/validation.py).
+MAX_TASK_RESOURCES = 4 * validation.MAX_RESOURCE_NAMES  # entries (one name may repeat)
+MAX_ARGUMENTS = 4096
+MAX_ENVIRONMENT = validation.MAX_ENVIRONMENT
 
 _PARTITION_STATES = frozenset({TaskState.UNREACHABLE, TaskState.DROPPED, TaskState.GONE})
 
@@ -142,10 +148,24 @@ def _command(command: mesos_pb2.CommandInfo, task: str, user: str) -> tuple[str,
     return line, environment
 
 
+def _lists_problem(task: mesos_pb2.TaskInfo) -> str | None:
+    """A list in a TaskInfo past its bound (checked before any is converted)."""
+    for what, n, bound in (
+        ("resources", len(task.resources), MAX_TASK_RESOURCES),
+        ("arguments", len(task.command.arguments), MAX_ARGUMENTS),
+        ("environment variables", len(task.command.environment.variables), MAX_ENVIRONMENT),
+    ):
+        if n > bound:
+            return f"{n} {what}, more than {bound}"
+    return None
+
+
 def task_from_mesos(task: mesos_pb2.TaskInfo, user: str) -> TaskSpec | InvalidTask:
     """A LAUNCH's TaskInfo, or why it cannot run (it then ends TASK_ERROR)."""
     task_id = task.task_id.value
     try:
+        if problem := _lists_problem(task):
+            raise ConvertError(f"task {task_id}: {problem}")
         if task.HasField("executor"):
             raise ConvertError(f"task {task_id}: executors are not supported, only commands")
         if task.HasField("container"):
