@@ -79,7 +79,17 @@ class Authenticator:
         itself). A certificate cannot be revoked short of a new CA."""
         if not self.enabled or context.auth_context().get("x509_common_name"):
             return _nothing
-        header = _authorization(context)
+        return self._watch_token(_authorization(context), end)
+
+    def watch_request(self, request: web.Request, end: Callable[[str], None]) -> Callable[[], None]:
+        """As `watch`, for a long-lived HTTP response (a Mesos framework's subscription):
+        `end(reason)` if a reload revokes the token the request was authenticated by."""
+        if not self.enabled or peer_principal(request.transport) is not None:
+            return _nothing
+        headers = request.headers.getall("Authorization", [])
+        return self._watch_token(headers[0] if len(headers) == 1 else None, end)
+
+    def _watch_token(self, header: str | None, end: Callable[[str], None]) -> Callable[[], None]:
         if header is None:
             return _nothing
         key = object()

@@ -143,7 +143,7 @@ def create_app(
         ),
         *setup_operator_api(app, master),
         # POST /api/v1/scheduler: Mesos frameworks (master/mesos_api/)
-        *mesos_endpoint.setup(app, master, authn.request_principal),
+        *mesos_endpoint.setup(app, master, authn),
         *routes,
     ]
     add_routes(app, served, guard or acl_guard(master, authn.request_principal))

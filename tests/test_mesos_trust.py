@@ -4,6 +4,7 @@ the principal that subscribed it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import AsyncIterator
@@ -79,3 +80,39 @@ async def test_principals_own_their_frameworks(cluster: LocalCluster, team_certs
         async with session.post(url, json=claim, headers=headers, ssl=b) as r:
             assert r.status == 400 and "does not match" in await r.text()
         response.close()
+
+
+async def test_a_revoked_token_ends_its_subscription(
+    cluster: LocalCluster, team_certs: Path, tmp_path: Path
+) -> None:
+    url = f"{cluster.server.http_url}/api/v1/scheduler"
+    token = (team_certs / "team-b-tok" / "token").read_text().strip()
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json",
+        "Authorization": f"Bearer {token}",
+    }
+    only_ca = ssl.create_default_context(cafile=str(team_certs / "team-a" / "ca.crt"))
+    async with aiohttp.ClientSession() as session:
+        response = await session.post(url, json=subscribe_body("b"), headers=headers, ssl=only_ca)
+        assert response.status == 200
+        decoder = recordio.Decoder()
+        events: list[dict[str, Any]] = []
+        while not events:
+            events += [json.loads(r) for r in decoder.feed(await response.content.readany())]
+        assert events[0]["type"] == "SUBSCRIBED"
+        # The operator drops the token from the credentials file and reloads (SIGHUP).
+        credentials = cluster.config.credentials_file
+        assert credentials is not None
+        kept = [line for line in credentials.read_text().splitlines() if "team-b-tok" not in line]
+        revoked = tmp_path / "credentials"
+        revoked.write_text("\n".join(kept) + "\n")
+        cluster.server.authn._file = revoked
+        cluster.server.authn.reload()
+        async with asyncio.timeout(10):
+            async for chunk in response.content.iter_any():
+                events += [json.loads(r) for r in decoder.feed(chunk)]
+        assert events[-1]["type"] == "ERROR" and "revoked" in events[-1]["error"]["message"]
+        framework_id = events[0]["subscribed"]["framework_id"]["value"]
+        framework = cluster.master.frameworks.get(framework_id)
+        assert framework is None or not framework.connected  # gone: no failover timeout

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import structlog
 from aiohttp import web
@@ -37,6 +37,7 @@ from mesolite import http_serving
 from mesolite.logs import clip
 from mesolite.master import messages as msg
 from mesolite.master.acl import Action
+from mesolite.master.authn import Authenticator
 from mesolite.master.errors import RegistrationRefused
 from mesolite.master.http_access import Route
 from mesolite.master.master import Master
@@ -109,13 +110,10 @@ def call_problem(call: scheduler_pb2.Call, principal: str | None) -> str | None:
 
 class SchedulerEndpoint:
     def __init__(
-        self,
-        master: Master,
-        principal_of: Callable[[web.Request], str | None],
-        subscriptions: Subscriptions | None = None,
+        self, master: Master, authn: Authenticator, subscriptions: Subscriptions | None = None
     ) -> None:
         self._master = master
-        self._principal_of = principal_of
+        self._authn = authn
         deadline = master.config.http_connections.header_deadline
         self.subscriptions = subscriptions or Subscriptions(hold_for=3 * deadline)
         self._renew_every = deadline / 3
@@ -159,7 +157,7 @@ class SchedulerEndpoint:
                 call = wire.parse_call(body, encoding)
         except wire.BadCall as e:
             return _text(400, str(e))
-        principal = self._principal_of(request)
+        principal = self._authn.request_principal(request)
         if problem := call_problem(call, principal):
             self._master.metrics.call_rejected(Call.Type.Name(call.type).lower())
             return _text(400, f"Failed to validate scheduler::Call: {problem}")
@@ -261,6 +259,7 @@ class SchedulerEndpoint:
         response.headers[STREAM_ID] = subscription.stream_id
         self.subscriptions.add(subscription)
         cancel = http_serving.on_close(request.protocol, lambda: outbox.close(_CLIENT_LEFT))
+        unwatch = self._authn.watch_request(request, outbox.close)  # a token revoked: ends
         if framework.info.role in call.subscribe.suppressed_roles:
             self._master.suppress(framework_id)  # subscribed suppressed, as Mesos allows
         try:
@@ -291,6 +290,7 @@ class SchedulerEndpoint:
             pass  # the client went away
         finally:
             cancel()
+            unwatch()
             outbox.close("the subscription ended")
             self.subscriptions.remove(subscription)
             self._master.disconnect_framework(framework_id, outbox)
@@ -311,11 +311,9 @@ async def _read_body(request: web.Request) -> bytes | None:
     return b"".join(chunks)
 
 
-def setup(
-    app: web.Application, master: Master, principal_of: Callable[[web.Request], str | None]
-) -> list[Route]:
+def setup(app: web.Application, master: Master, authn: Authenticator) -> list[Route]:
     """Serve the Mesos scheduler API on `app`; returns its route (for `add_routes`)."""
-    endpoint = SchedulerEndpoint(master, principal_of)
+    endpoint = SchedulerEndpoint(master, authn)
     app[ENDPOINT_KEY] = endpoint
     app.cleanup_ctx.append(endpoint.keep_alive)
     return [endpoint.route()]
