@@ -445,6 +445,14 @@ class Framework:
         acknowledged when this returns; an exception here leaves it unacknowledged
         (the agent sends it again). Updates of one task arrive in order."""
 
+    async def on_preemption(
+        self, task_id: str, agent_id: str, grace_seconds: float, for_role: str
+    ) -> None:
+        """The master will kill task `task_id` after `grace_seconds`, to give its
+        resources to role `for_role` (below its guarantee or its fair share). Save
+        what is worth saving, or end the task sooner with `kill`; its end arrives
+        through `on_update`: TASK_KILLED, reason ``REASON_CONTAINER_PREEMPTED``."""
+
     async def on_agent_lost(self, agent_id: str) -> None:
         """An agent was removed (silent past the master's agent timeout, or not back
         after a master restart); its tasks are reported `TASK_LOST` separately through
@@ -618,6 +626,16 @@ class Framework:
             await self._handle_update(status)
         elif kind == "reconciled":
             await self._handle_reconciled(event.reconciled)
+        elif kind == "preemption":
+            p = event.preemption
+            self._log.info(
+                "task to be preempted",
+                task_id=p.task_id,
+                agent_id=p.agent_id,
+                grace_seconds=p.grace_seconds,
+                for_role=p.for_role,
+            )
+            await self.on_preemption(p.task_id, p.agent_id, p.grace_seconds, p.for_role)
         elif kind == "failure":
             self._log.warning("agent lost", agent_id=event.failure.agent_id)
             await self.on_agent_lost(event.failure.agent_id)

@@ -36,6 +36,13 @@ class MasterConfig:
     work_dir: Path | None = None  # holds the registry; None keeps it in memory (tests)
     policy: str = "drf"
     seed: int = 0
+    # Preemption toward guarantees and fair shares (master/preemptions.py): on unless
+    # --no-preemption. A victim's framework is told `preemption_grace` seconds before
+    # its task is killed; the freed resources are kept from it on that agent for
+    # `preemption_hold` seconds (they are for the role that was starved).
+    preemption: bool = True
+    preemption_grace: float = 5.0
+    preemption_hold: float = 30.0
     # Authorization (master/acl.py); None: every principal may do everything.
     acls_file: Path | None = None
     # Bounds on what clients create (each refusal says which was reached).

@@ -48,6 +48,7 @@ from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
 from mesolite.master.errors import CallRejected
+from mesolite.master.fair_share import ShareInput
 from mesolite.master.leadership import Leadership, SoleLeadership
 from mesolite.master.metrics import MasterMetrics
 from mesolite.master.policies import make_policy
@@ -329,6 +330,19 @@ class MasterCore(abc.ABC):
     @abc.abstractmethod
     def _cluster_changed(self) -> None:
         """master/role_settings.py"""
+
+    @abc.abstractmethod
+    def _share_inputs(self) -> dict[str, ShareInput]:
+        """master/role_settings.py"""
+
+    @abc.abstractmethod
+    def _preempted_ended(self, task: TaskRecord) -> float:
+        """master/preemptions.py: how long to keep a preempted task's resources from
+        its framework on its agent (0 if it was not preempted)."""
+
+    @abc.abstractmethod
+    def _as_preempted(self, status: TaskStatus) -> TaskStatus:
+        """master/preemptions.py"""
 
 
 def with_agent(spec: TaskSpec, agent_id: str) -> TaskSpec:

@@ -21,6 +21,7 @@ from mesolite.master.errors import CallRejected, OperatorCallRefused, Refusal, R
 from mesolite.master.frameworks import FrameworkHandling
 from mesolite.master.offers import OfferHandling
 from mesolite.master.operator import OperatorHandling
+from mesolite.master.preemptions import PreemptionHandling
 from mesolite.master.recovery import RecoveryHandling
 from mesolite.master.role_settings import RoleHandling
 from mesolite.master.state import TaskRecord
@@ -44,8 +45,10 @@ class Master(
     RecoveryHandling,
     RoleHandling,
     OperatorHandling,
+    PreemptionHandling,
 ):
     def _start(self) -> None:
+        self._start_preemption()
         self._apply_roles()
         self._recover()
 
@@ -58,6 +61,7 @@ class Master(
         """Cancel timers and close every stream (the master process is stopping)."""
         if self._recovery_timer is not None:
             self._recovery_timer.cancel()
+        self._stop_preemption()
         for o in self.offers.values():
             if o.expiry_timer is not None:
                 o.expiry_timer.cancel()

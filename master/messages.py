@@ -54,8 +54,26 @@ class Reconciled:
     tasks: int
 
 
+@dataclass(frozen=True, slots=True)
+class Preemption:
+    """The task will be killed after `grace_seconds`, for `for_role` (master/preemptions.py)."""
+
+    task_id: str
+    agent_id: str
+    grace_seconds: float
+    for_role: str
+
+
 FrameworkMessage = (
-    Subscribed | Offers | Rescind | Update | AgentFailure | Error | Heartbeat | Reconciled
+    Subscribed
+    | Offers
+    | Rescind
+    | Update
+    | AgentFailure
+    | Error
+    | Heartbeat
+    | Reconciled
+    | Preemption
 )
 
 # To agents: defined once, for the master and the agent alike.
@@ -79,6 +97,7 @@ __all__ = [
     "KillTask",
     "LaunchTask",
     "Offers",
+    "Preemption",
     "Reconciled",
     "Rescind",
     "Subscribed",

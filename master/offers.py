@@ -233,7 +233,7 @@ class OfferHandling(MasterCore):
             self._drop_offer(o)
         self.metrics.offers_accepted(len(offers))
         for spec in placed:
-            task = TaskRecord(spec, framework_id, agent_id)
+            task = TaskRecord(spec, framework_id, agent_id, launched_at=self._clock())
             framework.tasks[spec.task_id] = task
             agent.tasks[(framework_id, spec.task_id)] = task
             agent.outbox.send(msg.LaunchTask(framework_id, spec, framework.info.user))

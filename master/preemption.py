@@ -149,7 +149,11 @@ def plan(
             fair = policy.share(s.fair_share, total)
             due.append((1, policy.share(s.allocation, total) / fair, path, Kind.FAIR_SHARE))
     due.sort()
-    order = sorted(tasks, key=lambda t: (-t.launched_at, policy.share(t.resources, total)))
+    # Newest first (ties: the later in `tasks`, which lists them in launch order), then
+    # the smallest.
+    order = sorted(
+        reversed(tasks), key=lambda t: (-t.launched_at, policy.share(t.resources, total))
+    )
     taken: set[tuple[str, str]] = set()
     victims: list[Victim] = []
     unallocated = free

@@ -28,6 +28,12 @@ The file is TOML:
     limit = { gpus = 2 }
     weight = { gpus = 4 }   # 4 for GPUs, 1 for everything else
 
+Preemption (master/preemptions.py) is set per role too: `min_share_timeout`
+(seconds below its guarantee before it takes resources back; default 15 for a
+role with a guarantee, `inf` for never), `fair_share_timeout` (seconds below
+`fair_share_preemption_threshold` x its instantaneous fair share, default 0.5;
+no fair-share preemption unless set).
+
 A parent that is not declared (`eng` above, if it were missing) exists
 implicitly with weight 1. The default role `*` always exists; the file may set
 its weight, guarantee and limit but it cannot have children.
@@ -91,7 +97,14 @@ _MAX_AMOUNT = 1e15  # the largest amount Resources accept
 _SEGMENT = re.compile(r"[A-Za-z0-9_.-]+")
 _RESOURCE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _PERCENT = re.compile(r"\s*([0-9]+(?:\.[0-9]+)?)\s*%\s*")
-_ROLE_KEYS = ("weight", "guarantee", "limit")
+_ROLE_KEYS = (
+    "weight",
+    "guarantee",
+    "limit",
+    "min_share_timeout",
+    "fair_share_timeout",
+    "fair_share_preemption_threshold",
+)
 
 
 class RolesConfigError(MasterError, TomlFileError):
@@ -179,7 +192,27 @@ class RoleSpec:
     guarantee: Mapping[str, Amount] = field(default_factory=_empty)
     limit: Mapping[str, Amount] = field(default_factory=_empty)
     resource_weights: Mapping[str, float] = field(default_factory=_no_weights)
+    # Preemption (master/preemption.py, master/preemptions.py): how long the role may
+    # stay below its guarantee (None: DEFAULT_MIN_SHARE_TIMEOUT; inf: never preempt
+    # for it) or below `fair_share_preemption_threshold` x its instantaneous fair
+    # share (None: never preempt for it) before it takes resources back.
+    min_share_timeout: float | None = None
+    fair_share_timeout: float | None = None
+    fair_share_preemption_threshold: float = 0.5
 
+    @property
+    def effective_min_share_timeout(self) -> float | None:
+        """How long the role waits below its guarantee before it preempts (None: never)."""
+        timeout = (
+            DEFAULT_MIN_SHARE_TIMEOUT if self.min_share_timeout is None else self.min_share_timeout
+        )
+        return None if math.isinf(timeout) else timeout
+
+
+# A guaranteed role below its guarantee preempts after this long, unless its
+# `min_share_timeout` says otherwise: guarantees are honoured without configuration.
+DEFAULT_MIN_SHARE_TIMEOUT = 15.0
+MAX_TIMEOUT = 365 * 24 * 3600.0
 
 Resolved = tuple[Resources, dict[str, float] | None]
 
@@ -287,7 +320,7 @@ class _Parser:
                 " '_', '.', '-' joined by '/'",
             )
         if not isinstance(body, dict):
-            self.fail(where, f"role {path!r} must be a table with weight, guarantee, limit")
+            self.fail(where, f"role {path!r} must be a table with {', '.join(_ROLE_KEYS)}")
         for key, value in body.items():
             if key not in _ROLE_KEYS:
                 hint = ""
@@ -304,7 +337,38 @@ class _Parser:
                     (*where, "guarantee", name),
                     f"role {path!r}: guarantee {name} = {promised} is above its limit {cap}",
                 )
-        return RoleSpec(path, weight, guarantee, limit, resource_weights)
+        min_share = self.timeout(path, body, "min_share_timeout")
+        fair_share = self.timeout(path, body, "fair_share_timeout")
+        threshold = body.get("fair_share_preemption_threshold", 0.5)
+        if not is_finite_number(threshold) or not 0 <= threshold <= 1:
+            self.fail(
+                (*where, "fair_share_preemption_threshold"),
+                f"role {path!r}: fair_share_preemption_threshold must be a number from 0 to 1,"
+                f" got {threshold!r}",
+            )
+        return RoleSpec(
+            path,
+            weight,
+            guarantee,
+            limit,
+            resource_weights,
+            min_share,
+            fair_share,
+            float(threshold),
+        )
+
+    def timeout(self, path: str, body: dict[str, Any], key: str) -> float | None:
+        value = body.get(key)
+        if value is None:
+            return None
+        inf = isinstance(value, float) and value == math.inf
+        if not inf and (not is_finite_number(value) or not 0 <= value <= MAX_TIMEOUT):
+            self.fail(
+                ("roles", path, key),
+                f"role {path!r}: {key} must be seconds from 0 to {MAX_TIMEOUT:g}, or inf"
+                f" (never), got {value!r}",
+            )
+        return float(value)
 
     def weight(self, path: str, value: object) -> tuple[float, Mapping[str, float]]:
         """(the weight, the table's weights per resource): a number, or a table of them."""

@@ -217,6 +217,7 @@ class MasterServer:
             try:
                 with master.metrics.time_cycle():
                     master.allocate()
+                master.check_preemption()
             except Exception:
                 log.exception("allocation cycle failed")
 

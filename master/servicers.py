@@ -372,6 +372,12 @@ def _framework_event(message: msg.FrameworkMessage) -> scheduler_pb2.Event:
             return E(heartbeat=E.Heartbeat())
         case msg.Reconciled(call_id, tasks):
             return E(reconciled=E.Reconciled(call_id=call_id, tasks=tasks))
+        case msg.Preemption(task_id, agent_id, grace, for_role):
+            return E(
+                preemption=E.Preemption(
+                    task_id=task_id, agent_id=agent_id, grace_seconds=grace, for_role=for_role
+                )
+            )
     raise TypeError(f"not a framework message: {message!r}")
 
 

@@ -32,6 +32,7 @@ class TaskRecord:
     usage: TaskUsage | None = None
     # When the master saw it end (wall clock), for an end whose status has no time.
     ended_at: float | None = None
+    launched_at: float = 0.0  # the core's clock when it was accepted (0: adopted)
 
 
 @dataclass(slots=True)

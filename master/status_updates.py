@@ -51,6 +51,7 @@ class StatusUpdateHandling(MasterCore):
                 reason=problem,
             )
             return
+        status = self._as_preempted(status)
         framework = self.frameworks.get(status.framework_id)
         task = framework.tasks.get(status.task_id) if framework else None
         if task is not None and _over_bound(task, status):
@@ -400,7 +401,12 @@ class StatusUpdateHandling(MasterCore):
         agent = self.agents.get(task.agent_id)
         if agent is not None:
             agent.tasks.pop((task.framework_id, task.spec.task_id), None)
-            self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
+            self.allocator.recover(
+                task.framework_id,
+                task.agent_id,
+                task.spec.resources,
+                self._preempted_ended(task),
+            )
         self.request_allocation()
         self._forget_if_done(framework)
 

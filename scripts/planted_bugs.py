@@ -935,6 +935,20 @@ SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
 SIM_BUGS = [
     Bug(
+        "preemption without a grace period",
+        "master/preemptions.py",
+        "        timer = self._timers.call_later(grace, self._grace_over, *key)",
+        "        timer = self._timers.call_later(0.0, self._grace_over, *key)",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "preemption plans again for what it already took",
+        "master/preemptions.py",
+        "        for (framework_id, task_id), p in self.preempting.items():",
+        "        for (framework_id, task_id), p in {}.items():",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
         "preempt creating a new deficit (victim pushed below its threshold of its fair share)",
         "master/preemption.py",
         "            if below_guarantee(after, v.guarantee) or below_fair_share(\n"

@@ -43,6 +43,7 @@ UNIT = {
     "test_policies.py",
     "test_policy_properties.py",
     "test_preemption.py",
+    "test_preemptions.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",

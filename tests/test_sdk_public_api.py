@@ -86,6 +86,7 @@ def test_the_framework_api_is_pinned() -> None:
         "on_disconnected",
         "on_error",
         "on_offers",
+        "on_preemption",
         "on_rescind",
         "on_subscribed",
         "on_update",

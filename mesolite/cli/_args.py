@@ -409,6 +409,20 @@ def build_parser() -> argparse.ArgumentParser:
         default=MASTER.policy,
         help="how shares are measured: dominant share, asset sum, or slots",
     )
+    m.add_argument(
+        "--no-preemption",
+        dest="preemption",
+        action="store_false",
+        help="never take resources back for roles below their guarantee or fair share "
+        "(by default a guaranteed role preempts after its min_share_timeout, 15 s)",
+    )
+    m.add_argument(
+        "--preemption-grace",
+        type=_duration,
+        default=MASTER.preemption_grace,
+        metavar="SECONDS",
+        help="how long a framework is told before its task is preempted",
+    )
     _add_master_security(m)
     _add_master_ha(m)
     _workloads.add_master_options(m)

@@ -125,6 +125,8 @@ async def _run_master(args: argparse.Namespace) -> int:
         roles_file=args.roles,
         acls_file=args.acls,
         policy=args.policy,
+        preemption=args.preemption,
+        preemption_grace=args.preemption_grace,
         work_dir=args.work_dir,
         max_completed_frameworks=args.max_completed_frameworks,
         max_completed_tasks_per_framework=args.max_completed_tasks_per_framework,

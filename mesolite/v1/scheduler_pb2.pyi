@@ -585,6 +585,38 @@ class Event(_message.Message):
         def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
+    @_typing.final
+    class Preemption(_message.Message):
+        """The master will kill this task `grace_seconds` from now, to give its resources
+        to `for_role`, below its guarantee or its fair share (an inverse offer for one
+        task; master/preemptions.py). The framework may end it sooner itself. Its end
+        comes as an UPDATE: TASK_KILLED with reason REASON_CONTAINER_PREEMPTED.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        TASK_ID_FIELD_NUMBER: _builtins.int
+        AGENT_ID_FIELD_NUMBER: _builtins.int
+        GRACE_SECONDS_FIELD_NUMBER: _builtins.int
+        FOR_ROLE_FIELD_NUMBER: _builtins.int
+        task_id: _builtins.str
+        agent_id: _builtins.str
+        grace_seconds: _builtins.float
+        for_role: _builtins.str
+        def __init__(
+            self,
+            *,
+            task_id: _builtins.str = ...,
+            agent_id: _builtins.str = ...,
+            grace_seconds: _builtins.float = ...,
+            for_role: _builtins.str = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "for_role", b"for_role", "grace_seconds", b"grace_seconds", "task_id", b"task_id"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
     SUBSCRIBED_FIELD_NUMBER: _builtins.int
     OFFERS_FIELD_NUMBER: _builtins.int
     RESCIND_FIELD_NUMBER: _builtins.int
@@ -594,6 +626,7 @@ class Event(_message.Message):
     HEARTBEAT_FIELD_NUMBER: _builtins.int
     RECONCILED_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
+    PREEMPTION_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def subscribed(self) -> Global___Event.Subscribed: ...
     @_builtins.property
@@ -612,6 +645,8 @@ class Event(_message.Message):
     def reconciled(self) -> Global___Event.Reconciled: ...
     @_builtins.property
     def batch(self) -> Global___Event.Batch: ...
+    @_builtins.property
+    def preemption(self) -> Global___Event.Preemption: ...
     def __init__(
         self,
         *,
@@ -624,12 +659,13 @@ class Event(_message.Message):
         heartbeat: Global___Event.Heartbeat | None = ...,
         reconciled: Global___Event.Reconciled | None = ...,
         batch: Global___Event.Batch | None = ...,
+        preemption: Global___Event.Preemption | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "preemption", b"preemption", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["batch", b"batch", "error", b"error", "event", b"event", "failure", b"failure", "heartbeat", b"heartbeat", "offers", b"offers", "preemption", b"preemption", "reconciled", b"reconciled", "rescind", b"rescind", "subscribed", b"subscribed", "update", b"update"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat", "reconciled", "batch"]  # noqa: Y015
+    _WhichOneofReturnType_event: _TypeAlias = _typing.Literal["subscribed", "offers", "rescind", "update", "failure", "error", "heartbeat", "reconciled", "batch", "preemption"]  # noqa: Y015
     _WhichOneofArgType_event: _TypeAlias = _typing.Literal["event", b"event"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_event) -> _WhichOneofReturnType_event | None: ...
 
