@@ -921,6 +921,13 @@ HA_BUGS = [
         HA_TESTS,
     ),
     Bug(
+        "the leader never compacts etcd's history",
+        "master/ha.py",
+        "                    await self.client.compact(revision)\n",
+        "                    pass\n",
+        HA_TESTS,
+    ),
+    Bug(
         "a deposed leader's streams go on sending",
         "master/servicers.py",
         "        if not leading():\n            outbox.close",

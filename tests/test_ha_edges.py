@@ -13,11 +13,13 @@ import grpc
 import grpc.aio
 import pytest
 
+from mesolite.certs import init_cluster, issue
 from mesolite.master.election import Election
-from mesolite.master.etcd_client import EtcdClient
+from mesolite.master.etcd_client import EtcdClient, EtcdError, EtcdTls, Put
 from mesolite.master.etcd_registry import EtcdRegistry
-from mesolite.master.ha import RegistryUrl
+from mesolite.master.ha import HaMaster, RegistryUrl
 from mesolite.master.leadership import MasterAddress
+from mesolite.master.registry import FrameworkEntry
 from mesolite.master.server import MasterServer
 from mesolite.masters import (
     LEADER_METADATA,
@@ -192,3 +194,66 @@ async def test_subscribed_is_sent_only_once_its_registration_is_in_etcd(tmp_path
             await server.stop()
             await election.close()
             await client.close()
+
+
+async def test_the_etcd_client_speaks_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    """etcd with --client-cert-auth: the master's bundle gets in; no certificate, or a CA
+    that did not sign the members' certificate, does not."""
+    init_cluster(tmp_path / "certs")
+    server = issue(tmp_path / "certs", "etcd", hosts=["127.0.0.1"]).parent / "etcd"
+    ca, master = tmp_path / "certs" / "ca.crt", tmp_path / "certs" / "master"
+    good = EtcdTls(ca, master / "tls.crt", master / "tls.key", server_name="localhost")
+    server_pair = (server / "tls.crt", server / "tls.key")
+    async with EtcdCluster(tmp_path / "etcd", members=1, tls=good, server=server_pair) as etcd:
+        client = EtcdClient(etcd.endpoints, tls=good)
+        try:
+            ok, _, _ = await client.txn([], [Put(b"/tls/probe", b"x")])
+            assert ok and (await client.get(b"/tls/probe")) is not None
+        finally:
+            await client.close()
+        init_cluster(tmp_path / "other")
+        for bad in (
+            EtcdTls(ca, server_name="localhost"),  # no client certificate
+            EtcdTls(tmp_path / "other" / "ca.crt", master / "tls.crt", master / "tls.key"),
+        ):
+            client = EtcdClient(etcd.endpoints, tls=bad, timeout=2.0)
+            try:
+                with pytest.raises(EtcdError):
+                    await client.get(b"/tls/probe")
+            finally:
+                await client.close()
+
+
+async def test_the_leader_compacts_etcds_history(tmp_path: Path) -> None:
+    async with EtcdCluster(tmp_path, members=1) as etcd:
+        ha = HaMaster(
+            RegistryUrl.parse(etcd.url + "/c"),
+            host="127.0.0.1",
+            port=0,
+            http_port=0,
+            compaction_interval=0.1,
+        )
+        await ha.start()
+        try:
+            registry = await ha.until_leading()
+            registry.add_framework(FrameworkEntry("F1", "batch", "*", 0.0, 1.0))
+            await registry.durable()
+            first = registry.revision
+            registry.add_framework(FrameworkEntry("F1", "renamed", "*", 0.0, 1.0))
+            await registry.durable()
+            key = b"/c/registry/frameworks/F1"
+
+            async def compacted() -> bool:
+                try:
+                    await ha.client.get(key, revision=first)
+                except EtcdError:
+                    return True
+                return False
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await compacted():
+                assert asyncio.get_running_loop().time() < deadline, "never compacted"
+                await asyncio.sleep(0.05)
+            assert (await ha.client.get(key)) is not None  # the newest value stays
+        finally:
+            await ha.close()
