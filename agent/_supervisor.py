@@ -1,13 +1,28 @@
-"""The agent's supervisor: a long-lived process that forks each task's wrapper.
+"""The agent's supervisor: a long-lived process that starts each task's command.
 
     python -I .../agent/_supervisor.py DIR [--cgroup CGROUP_DIR]...
 
 Starting a task's wrapper as a fresh interpreter (``python -I _task_wrapper.py``)
 costs tens of milliseconds of CPU per task. The supervisor pays for an interpreter
-once: it is started by the agent, imports the wrapper, and forks one wrapper per
-task from itself (a fork of a small process: about a millisecond). As containerd's
-shims outlive containerd, it outlives the agent: it runs in its own session, in a
-cgroup of its own (``--cgroup``, none in the process-tree fallback), not the agent's.
+once, and starts tasks in one of two ways:
+
+* **spawn** (a task with a cgroup): it starts the command itself with
+  ``posix_spawn`` (a vfork: cheap, and cheaper still from a small process), in a new
+  session, through a ``/bin/sh`` shim (`SHIM`) that joins the task's cgroup and
+  execs ``setpriv`` to become the task's user, then the command. It is the command's
+  parent, so it learns the exit status, and writes it to the exit log
+  (`agent/_exit_log.py`, group commit: one write and one fsync per turn of its loop)
+  before it tells the agent. No per-task waiter process: the cgroup kill (the agent's,
+  at the end of every run) ends whatever the command left.
+* **wrapper** (the process-tree fallback, which needs rlimits and a subreaper per
+  task): it forks one wrapper per task from itself (a fork of a small process: about
+  a millisecond), which runs as before.
+
+As containerd's shims outlive containerd, it outlives the agent: it runs in its own
+session, in a cgroup of its own (``--cgroup``, none in the process-tree fallback),
+not the agent's. Its parent there is its **keeper** (`keep`), the subreaper of what it
+spawns: if the supervisor dies, its commands become the keeper's, which writes their
+ends to the exit log; the agent waits for them with pidfds and reads their ends there.
 
 Each wrapper is the same as before, and keeps every guarantee it had: it is the
 leader of a new session and process group, its command joins the task's cgroup,
@@ -30,16 +45,23 @@ agent that was SIGKILLed may have left a launch in it).
 
     supervisor -> agent, on connecting:
         {"op": "wrappers", "wrappers": [{"pid", "start_time", "records"}, ...]}  (0 or more)
-        {"op": "hello", "pid": <the supervisor's>}
+        {"op": "hello", "pid": <the supervisor's>, "keeper": <its keeper's>,
+         "spawn": <whether it can spawn: setpriv is there>}
     agent -> supervisor, with two file descriptors (SCM_RIGHTS): the task's stdout
     and its stderr:
         {"op": "launch", "id": N, "records": DIR, "options": [wrapper options],
          "argv": [...], "env": {...}, "cwd": SANDBOX}
+        {"op": "spawn", "id": N, "run": RUN, "records": DIR, "cgroups": [DIR, ...],
+         "user": [UID, GID, [GROUPS]] or null, "argv": [...], "env": {...},
+         "cwd": SANDBOX}
     supervisor -> agent:
         {"op": "spawned", "id": N, "pid": P, "start_time": T}  or  {"op": "spawned",
          "id": N, "error": "..."}
-        {"op": "ready", "pid": P, "command": C}   wrapper P's command (pid C) runs
+        {"op": "ready", "pid": P, "command": C}   wrapper P's command (pid C) runs; for
+                                                  a spawned command C == P, in its cgroup
         {"op": "exited", "pid": P, "start_time": T, "status": <wait status>}
+                                                  (a spawned one's: in the exit log; with
+                                                  "error" if its shim could not confine it)
 
 Every wrapper says it is ready on one pipe the supervisor reads (the wrapper's
 ``--ready-fd``, a line with its command's pid and its own); the supervisor reads that
@@ -49,6 +71,15 @@ an "exited" with no "ready" before it means the command never started.
 A wrapper's end is told to the agent connected when the supervisor reaps it, and to
 no one else: what lasts is the wrapper's ``exit.json``. With no agent connected and
 no wrapper left, the supervisor exits.
+
+A spawned command is named in the exit log ("spawned", with its task run) before the
+agent hears its pid, so an agent that died before it checkpointed the pid finds it
+there. Its shim says on one pipe (fd 3) once it is in its cgroup, read before the
+supervisor tells of what it reaped, so "ready" comes before "exited". Left open: a
+supervisor killed in the few instructions between ``posix_spawn`` returning and that
+line leaves a command nobody names; the agent fails the run and removes its cgroup,
+which ends the command, or, if the command joined it just as it was removed, leaves
+it contained there until the next agent start removes the cgroups no task owns.
 
 Standard library and the wrapper only (run by path: the agent's package, grpc and
 all, is never imported).

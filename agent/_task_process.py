@@ -2,14 +2,17 @@
 it and re-attach; wait for it and read how it ended; kill it. Which tasks exist, and
 what becomes of their transitions, is the task runner's business (`agent/tasks.py`).
 
-A task is ``/bin/sh -c <command>`` run by a task wrapper (`agent._task_wrapper`)
-in a new session, forked by the agent's supervisor (`agent/_supervisor.py`, reached
-through `agent/_supervisor_client.py`), which outlives the agent: the wrapper leads
-the task's process group, puts the command into the task's container
-(`agent/isolation.py`: its cgroup, limits and user) before it executes, and writes
-the command's exit status to the task's records directory (`exit.json`), so the
-status survives the agent. The agent hears of the wrapper's end from the
-supervisor, or, if the supervisor went away meanwhile, waits for it with a pidfd.
+A task is ``/bin/sh -c <command>`` started by the agent's supervisor
+(`agent/_supervisor.py`, reached through `agent/_supervisor_client.py`), which outlives
+the agent, in a new session. With a cgroup (`launcher` "spawn") the supervisor spawns
+the command itself, its shim joins the task's cgroup and switches to its user, and
+the supervisor writes its exit status to its exit log (`agent/_exit_log.py`); in the
+process-tree fallback ("wrapper") it forks a task wrapper (`agent._task_wrapper`)
+that leads the task's process group, puts the command into its rlimits and user,
+and writes its exit status to the task's records directory (`exit.json`). Either
+way the status survives the agent. The agent hears of the end from the supervisor,
+or, if the supervisor went away meanwhile, waits for the process with a pidfd and
+reads the end from where it is recorded.
 A kill is SIGTERM to the group, then, after the grace period, SIGKILL to
 everything in the container. Whenever a run ends, what is left in its container is
 killed, its cgroup's figures read (a memory-limit kill makes the task FAILED with

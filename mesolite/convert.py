@@ -7,8 +7,6 @@ with `InvalidResources` or `ValueError` before any state is touched.
 
 from __future__ import annotations
 
-import contextlib
-
 from mesolite.model import (
     FrameworkInfo,
     Offer,
@@ -31,15 +29,27 @@ def resources_to_proto(resources: Resources) -> common_pb2.Resources:
     return common_pb2.Resources(scalars=resources.to_dict())
 
 
+# Enum conversions as tables built once: on the hot path (every status update, both
+# ways) a dict lookup, not protobuf's descriptor search by name.
+_STATES_BACK: dict[int, TaskState] = {
+    common_pb2.TaskState.Value(state.value): state for state in TaskState
+}
+_STATES = {state: number for number, state in _STATES_BACK.items()}
+_REASONS_BACK: dict[int, str] = {
+    v.number: v.name for v in common_pb2.TaskStatus.Reason.DESCRIPTOR.values
+}
+_REASONS = {name: number for number, name in _REASONS_BACK.items()}
+
+
 def task_state_from_proto(value: int) -> TaskState:
     try:
-        return TaskState(common_pb2.TaskState.Name(value))  # type: ignore[arg-type]
-    except ValueError:
+        return _STATES_BACK[value]
+    except KeyError:
         raise ValueError(f"unknown task state {value}") from None
 
 
 def task_state_to_proto(state: TaskState) -> common_pb2.TaskState.ValueType:
-    return common_pb2.TaskState.Value(state.value)
+    return _STATES[state]  # type: ignore[return-value]
 
 
 def task_from_proto(msg: common_pb2.TaskInfo) -> TaskSpec:
@@ -72,7 +82,12 @@ _SOURCES_BACK = {v: k for k, v in _SOURCES.items()}
 
 
 def status_from_proto(msg: common_pb2.TaskStatus) -> TaskStatus:
-    reason = common_pb2.TaskStatus.Reason.Name(msg.reason) if msg.reason else ""
+    reason = ""
+    if msg.reason:
+        try:
+            reason = _REASONS_BACK[msg.reason]
+        except KeyError:
+            raise ValueError(f"unknown task status reason {msg.reason}") from None
     return TaskStatus(
         task_id=msg.task_id,
         framework_id=msg.framework_id,
@@ -100,9 +115,8 @@ def status_to_proto(status: TaskStatus) -> common_pb2.TaskStatus:
     )
     if status.exit_code is not None:
         msg.exit_code = status.exit_code
-    if status.reason:
-        with contextlib.suppress(ValueError):  # one this version does not know: unspecified
-            msg.reason = common_pb2.TaskStatus.Reason.Value(status.reason)
+    if status.reason in _REASONS:  # one this version does not know: unspecified
+        msg.reason = _REASONS[status.reason]  # type: ignore[assignment]
     return msg
 
 

@@ -162,7 +162,11 @@ async def test_command_tasks_finish_reconcile_and_tear_down(tmp_path: Path, idle
             finished = [e for e in scheduler.of("update") if e["state"] == "TASK_FINISHED"]
             assert all(e["uuid"] and e["source"] == "SOURCE_EXECUTOR" for e in finished)
             # pymesos acknowledged every update: none is left for the agents to retry.
-            assert all(pending(agent) == 0 for agent in cluster.agents)
+            await wait_for_condition(
+                lambda: all(pending(agent) == 0 for agent in cluster.agents),
+                timeout=15,
+                what="every update acknowledged",
+            )  # pymesos acknowledges after its statusUpdate callback returns
 
             await scheduler.send("reconcile finisher-1 nobody")
             await wait_for_condition(

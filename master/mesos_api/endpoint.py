@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 
 import structlog
@@ -229,7 +230,6 @@ class SchedulerEndpoint:
         encoding: str,
     ) -> web.StreamResponse:
         outbox: StreamWriter[msg.FrameworkMessage] = StreamWriter(OUTBOX_CAPACITY)
-        subscription: Subscription | None = None
         response = web.StreamResponse(status=200)
         response.content_type = encoding
         response.headers["Cache-Control"] = "no-cache"
@@ -240,7 +240,7 @@ class SchedulerEndpoint:
         except (convert.ConvertError, RegistrationRefused) as e:
             log.warning("mesos subscription refused", principal=principal, reason=clip(str(e)))
             self._master.metrics.call_rejected("subscribe")
-            response.headers[STREAM_ID] = "refused"
+            response.headers[STREAM_ID] = str(uuid.uuid4())  # as Mesos: one per SUBSCRIBE
             await response.prepare(request)
             await response.write(
                 recordio.encode(wire.encode(convert.error_event(str(e)), encoding))
