@@ -445,6 +445,20 @@ BUGS = [
         SPAWN_TESTS,
     ),
     Bug(
+        "spawn: a spawned command inherits the signals Python ignores",
+        "agent/_supervisor.py",
+        "                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),",
+        "                setsigdef=(),",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: the agent's descriptors leak into spawned commands",
+        "agent/_supervisor.py",
+        "                    os.set_inheritable(fd, False)",
+        "                    pass",
+        SPAWN_TESTS,
+    ),
+    Bug(
         "spawn: a spawned command is not put into its cgroup",
         "agent/_supervisor.py",
         'argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]',
