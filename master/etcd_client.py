@@ -223,8 +223,10 @@ class EtcdClient:
 
     # Keys ----------------------------------------------------------------------
 
-    async def get(self, key: bytes) -> EtcdKey | None:
-        response = await self._call(self._kv.Range, rpc_pb2.RangeRequest(key=key))
+    async def get(self, key: bytes, revision: int = 0) -> EtcdKey | None:
+        """The key now, or as it was at `revision` (EtcdError once that is compacted)."""
+        request = rpc_pb2.RangeRequest(key=key, revision=revision)
+        response = await self._call(self._kv.Range, request)
         return _kv(response.kvs[0]) if response.kvs else None
 
     async def get_prefix(self, prefix: bytes, page: int = 1000) -> tuple[list[EtcdKey], int]:

@@ -205,10 +205,12 @@ class EtcdRegistry:
     # Writing -------------------------------------------------------------------
 
     def _change(self, *ops: Op) -> None:
-        if self.failure is not None:
-            raise RegistryFenced(self.failure)
-        self._pending.append(list(ops))
         self._changes += 1
+        if self.failure is not None:
+            # Deposed: never written, and `durable()` says so to whatever would have
+            # acknowledged it. (The core may still tidy up as it closes its streams.)
+            return
+        self._pending.append(list(ops))
         if self._writer is None or self._writer.done():
             self._writer = asyncio.get_running_loop().create_task(self._write())
 

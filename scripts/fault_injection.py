@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import shutil
 import sys
@@ -101,7 +102,9 @@ async def main_async(
             report = await run(Path(tmp), seed, faults)
             if report.violations and keep_failed is not None:
                 # The logs of every process of the run, to find out why.
-                shutil.copytree(tmp, keep_failed / f"seed-{seed}", dirs_exist_ok=True)
+                # (Sockets, such as the agents' supervisors', cannot be copied.)
+                with contextlib.suppress(shutil.Error):
+                    shutil.copytree(tmp, keep_failed / f"seed-{seed}", dirs_exist_ok=True)
         print(report.line(), flush=True)
         for v in report.violations:
             print(f"    violation: {v}", flush=True)

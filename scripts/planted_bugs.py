@@ -921,6 +921,20 @@ HA_BUGS = [
         HA_TESTS,
     ),
     Bug(
+        "the leader never compacts etcd's history",
+        "master/ha.py",
+        "                    await self.client.compact(revision)\n",
+        "                    pass\n",
+        HA_TESTS,
+    ),
+    Bug(
+        "a standby listens without the cluster's TLS",
+        "master/ha.py",
+        "self.port = grpc_utils.bind(self._grpc, self._host, self._want_port, self._tls)",
+        "self.port = grpc_utils.bind(self._grpc, self._host, self._want_port, None)",
+        ("tests/test_ha_edges.py",),
+    ),
+    Bug(
         "a deposed leader's streams go on sending",
         "master/servicers.py",
         "        if not leading():\n            outbox.close",

@@ -34,10 +34,16 @@ LEADER_TTL = 2
 
 
 class HaMasterProcess(MasterProcess):
+    """`mesolite master --registry etcd://...` in its own process (tests/cluster.py)."""
+
     def __init__(self, work_dir: Path, *flags: str) -> None:
         work_dir.mkdir(parents=True, exist_ok=True)
         super().__init__(work_dir, *flags)
         self.ready = b"standby master"  # the first line of an HA master
+
+    def log(self) -> str:
+        """What every run of this master logged."""
+        return "".join(p.read_text() for p in sorted(self.work_dir.glob("master-*.log")))
 
     async def leads(self, http: aiohttp.ClientSession) -> bool:
         if self.process is None or self.process.returncode is not None:

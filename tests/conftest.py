@@ -53,6 +53,7 @@ UNIT = {
 }
 SLOW = {
     "test_fault_injection.py",
+    "test_ha_masters.py",
     "test_master_restart.py",
     "test_mesos_pymesos.py",
     "test_restart_workload.py",

@@ -5,6 +5,7 @@ URL; an election's term ending on the monotonic clock; acknowledgements after du
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from pathlib import Path
 
@@ -13,11 +14,14 @@ import grpc
 import grpc.aio
 import pytest
 
+from mesolite.certs import init_cluster, issue
+from mesolite.grpc_utils import create_channel
 from mesolite.master.election import Election
-from mesolite.master.etcd_client import EtcdClient
+from mesolite.master.etcd_client import EtcdClient, EtcdError, EtcdTls, Put
 from mesolite.master.etcd_registry import EtcdRegistry
-from mesolite.master.ha import RegistryUrl
+from mesolite.master.ha import HaMaster, RegistryUrl
 from mesolite.master.leadership import MasterAddress
+from mesolite.master.registry import FrameworkEntry
 from mesolite.master.server import MasterServer
 from mesolite.masters import (
     LEADER_METADATA,
@@ -26,6 +30,7 @@ from mesolite.masters import (
     leader_hint,
     parse_masters,
 )
+from mesolite.tls import MASTER_SERVER_NAME, TlsConfig
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
 from tests.cluster import FAST, LocalCluster
 from tests.etcd_cluster import EtcdCluster
@@ -192,3 +197,124 @@ async def test_subscribed_is_sent_only_once_its_registration_is_in_etcd(tmp_path
             await server.stop()
             await election.close()
             await client.close()
+
+
+async def test_the_etcd_client_speaks_tls_with_a_client_certificate(tmp_path: Path) -> None:
+    """etcd with --client-cert-auth: the master's bundle gets in; no certificate, or a CA
+    that did not sign the members' certificate, does not."""
+    init_cluster(tmp_path / "certs")
+    server = issue(tmp_path / "certs", "etcd", hosts=["127.0.0.1"]).parent / "etcd"
+    ca, master = tmp_path / "certs" / "ca.crt", tmp_path / "certs" / "master"
+    good = EtcdTls(ca, master / "tls.crt", master / "tls.key", server_name="localhost")
+    server_pair = (server / "tls.crt", server / "tls.key")
+    async with EtcdCluster(tmp_path / "etcd", members=1, tls=good, server=server_pair) as etcd:
+        client = EtcdClient(etcd.endpoints, tls=good)
+        try:
+            ok, _, _ = await client.txn([], [Put(b"/tls/probe", b"x")])
+            assert ok and (await client.get(b"/tls/probe")) is not None
+        finally:
+            await client.close()
+        init_cluster(tmp_path / "other")
+        for bad in (
+            EtcdTls(ca, server_name="localhost"),  # no client certificate
+            EtcdTls(tmp_path / "other" / "ca.crt", master / "tls.crt", master / "tls.key"),
+        ):
+            client = EtcdClient(etcd.endpoints, tls=bad, timeout=2.0)
+            try:
+                with pytest.raises(EtcdError):
+                    await client.get(b"/tls/probe")
+            finally:
+                await client.close()
+
+
+async def test_the_leader_compacts_etcds_history(tmp_path: Path) -> None:
+    async with EtcdCluster(tmp_path, members=1) as etcd:
+        ha = HaMaster(
+            RegistryUrl.parse(etcd.url + "/c"),
+            host="127.0.0.1",
+            port=0,
+            http_port=0,
+            compaction_interval=0.1,
+        )
+        await ha.start()
+        try:
+            registry = await ha.until_leading()
+            registry.add_framework(FrameworkEntry("F1", "batch", "*", 0.0, 1.0))
+            await registry.durable()
+            first = registry.revision
+            registry.add_framework(FrameworkEntry("F1", "renamed", "*", 0.0, 1.0))
+            await registry.durable()
+            key = b"/c/registry/frameworks/F1"
+
+            async def compacted() -> bool:
+                try:
+                    await ha.client.get(key, revision=first)
+                except EtcdError:
+                    return True
+                return False
+
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await compacted():
+                assert asyncio.get_running_loop().time() < deadline, "never compacted"
+                await asyncio.sleep(0.05)
+            assert (await ha.client.get(key)) is not None  # the newest value stays
+        finally:
+            await ha.close()
+
+
+async def test_a_standby_keeps_the_clusters_tls(tmp_path: Path) -> None:
+    """A standby of a TLS cluster speaks only TLS, wants a client certificate on gRPC,
+    and names the leader only to a client that has one."""
+    init_cluster(tmp_path / "certs")
+    master_tls = TlsConfig.from_dir(tmp_path / "certs" / "master")
+    framework_tls = TlsConfig.from_dir(tmp_path / "certs" / "framework")
+    async with EtcdCluster(tmp_path / "etcd", members=1) as etcd:
+        url = RegistryUrl.parse(etcd.url + "/tls")
+        leader = HaMaster(url, host="127.0.0.1", port=0, http_port=0, tls=master_tls)
+        standby = HaMaster(url, host="127.0.0.1", port=0, http_port=0, tls=master_tls)
+        await leader.start()
+        await leader.until_leading()
+        await standby.start()
+        campaign = asyncio.create_task(standby.until_leading())
+        try:
+            assert standby.election is not None
+            await wait_for_condition(lambda: standby.election.leader() is not None, 10, "leader")  # type: ignore[union-attr]
+            address = f"127.0.0.1:{standby.port}"
+            async with create_channel(address, framework_tls) as channel:
+                call = scheduler_pb2_grpc.SchedulerStub(channel).Connect()
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await call.write(scheduler_pb2.Call())
+                    await asyncio.wait_for(call.read(), 5)
+                call.cancel()
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            metadata = dict(refused.value.trailing_metadata() or ())
+            assert metadata[LEADER_METADATA] == f"127.0.0.1:{leader.port}"
+            # Without a client certificate, or without TLS: no answer, no hint.
+            for plain in (True, False):
+                if plain:
+                    channel = grpc.aio.insecure_channel(address)
+                else:
+                    no_cert = TlsConfig(master_tls.ca)
+                    channel = create_channel(address, no_cert)
+                async with channel:
+                    call = scheduler_pb2_grpc.SchedulerStub(channel).Connect()
+                    with pytest.raises(grpc.aio.AioRpcError) as failed:
+                        await call.write(scheduler_pb2.Call())
+                        await asyncio.wait_for(call.read(), 5)
+                    call.cancel()
+                assert LEADER_METADATA not in dict(failed.value.trailing_metadata() or ())
+            ssl_context = framework_tls.client_context(server_name=MASTER_SERVER_NAME)
+            async with aiohttp.ClientSession() as http:
+                https = f"https://127.0.0.1:{standby.http_port}/state"
+                async with http.get(https, ssl=ssl_context, allow_redirects=False) as r:
+                    assert r.status == 307
+                    assert r.headers["Location"] == f"https://127.0.0.1:{leader.http_port}/state"
+                with pytest.raises(aiohttp.ClientError):
+                    async with http.get(f"http://127.0.0.1:{standby.http_port}/state") as r:
+                        await r.read()
+        finally:
+            campaign.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await campaign
+            await standby.close()
+            await leader.close()

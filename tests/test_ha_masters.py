@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -25,73 +24,14 @@ from mesolite.framework_sdk import Offer, Resources, TaskSpec, TaskState, TaskSt
 from mesolite.master.etcd_client import EtcdClient, Guard, Put
 from mesolite.masters import LEADER_METADATA
 from mesolite.v1 import scheduler_pb2, scheduler_pb2_grpc
-from tests.cluster import AgentProcess, free_port, spawn_agent_process
+from tests.chaos_ha import HaMasterProcess
+from tests.cluster import AgentProcess, spawn_agent_process
 from tests.etcd_cluster import EtcdCluster
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition
 
 TTL = 2
 LONG = 3  # long-running tasks: they must outlive the takeover, same processes
-
-
-class HaMaster:
-    """`mesolite master --registry etcd://...` in its own process."""
-
-    def __init__(self, work_dir: Path, name: str, registry: str, *flags: str) -> None:
-        self.work_dir, self.name, self.registry, self.flags = work_dir, name, registry, flags
-        self.port, self.http_port = free_port(), free_port()
-        self.process: asyncio.subprocess.Process | None = None
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self.process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "mesolite.cli",
-            "master",
-            "--port",
-            str(self.port),
-            "--http-port",
-            str(self.http_port),
-            "--work-dir",
-            str(self.work_dir / self.name),
-            "--registry",
-            self.registry,
-            "--allocation-interval",
-            "0.2",
-            "--agent-reregister-timeout",
-            "15",
-            "--check-invariants",
-            *self.flags,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=(self.work_dir / f"{self.name}.log").open("ab"),
-        )
-
-    def log(self) -> str:
-        return (self.work_dir / f"{self.name}.log").read_text()
-
-    async def kill(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            self.process.kill()
-            await self.process.wait()
-
-    async def leads(self, http: aiohttp.ClientSession) -> bool:
-        """Whether its own HTTP port serves /state (a standby answers 307)."""
-        try:
-            url = f"http://127.0.0.1:{self.http_port}/state"
-            async with http.get(url, allow_redirects=False) as response:
-                return response.status == 200
-        except aiohttp.ClientError:
-            return False
-
-    async def state(self, http: aiohttp.ClientSession) -> dict[str, Any]:
-        async with http.get(f"http://127.0.0.1:{self.http_port}/state") as response:
-            response.raise_for_status()
-            data: dict[str, Any] = await response.json()
-            return data
 
 
 class Launcher(RecordingFramework):
@@ -136,14 +76,18 @@ class Launcher(RecordingFramework):
 @contextlib.asynccontextmanager
 async def ha_cluster(
     tmp_path: Path, ttl: int = TTL
-) -> AsyncIterator[tuple[EtcdCluster, list[HaMaster], aiohttp.ClientSession]]:
+) -> AsyncIterator[tuple[EtcdCluster, list[HaMasterProcess], aiohttp.ClientSession]]:
     async with EtcdCluster(tmp_path) as etcd, aiohttp.ClientSession() as http:
         registry = etcd.url + "/ha-test"
+        flags = ("--allocation-interval", "0.2", "--agent-reregister-timeout", "15")
         masters = [
-            HaMaster(tmp_path, f"m{i}", registry, "--leader-ttl", str(ttl)) for i in range(2)
+            HaMasterProcess(
+                tmp_path / f"m{i}", "--registry", registry, "--leader-ttl", str(ttl), *flags
+            )
+            for i in range(2)
         ]
         try:
-            await masters[0].start()
+            await masters[0].start()  # its first line says it stands by: then it leads
             await wait_for_condition_async(lambda: masters[0].leads(http), 20, "m0 to lead")
             await masters[1].start()
             yield etcd, masters, http
@@ -286,7 +230,7 @@ async def test_an_etcd_member_killed_costs_no_leadership_change(tmp_path: Path) 
 
         await wait_for_condition_async(shows_standby, 10, "m0 to list m1 as standby")
         assert (await m0.state(http))["leader"]["grpc"] == m0.address
-        standby_state = f"http://127.0.0.1:{m1.http_port}/state"
+        standby_state = f"http://{m1.http_address}/state"
         async with http.get(standby_state, allow_redirects=False) as r:
             assert r.status == 307
             assert r.headers["Location"] == f"http://127.0.0.1:{m0.http_port}/state"

@@ -173,13 +173,15 @@ async def test_an_idle_stream_does_not_linger() -> None:
 
 async def test_a_busy_stream_lingers_to_fill_its_next_batch() -> None:
     writer: StreamWriter[int] = StreamWriter(100)
-    batches = writer.drain_batches(limit=100, linger=0.2)
+    # A long linger, ended by a full batch: the test never waits on the clock.
+    batches = writer.drain_batches(limit=3, linger=30.0)
     writer.send(0)
     assert await anext(batches) == [0]
     writer.send(1)  # right after a batch was taken: the writer is busy
     taking = asyncio.ensure_future(anext(batches))
     for _ in range(5):
         await asyncio.sleep(0)  # the writer runs, and finds one message waiting
+    assert not taking.done()  # it waits for more
     writer.send(2)
     writer.send(3)
     async with asyncio.timeout(5):

@@ -3,6 +3,8 @@
     mesolite bench throughput --agents 50 --frameworks 4 --duration 20
     mesolite bench agents --agents 10000 --agent-procs 4
     mesolite bench throughput --compare before=/path/to/old/clone --compare after=.
+    mesolite bench throughput --registry sqlite --registry etcd --rounds 3
+    mesolite bench registry --rounds 5
 
 (`python scripts/bench_master.py ...` is the same.) The master runs in a process of its
 own, from the source tree given with `--compare LABEL=DIR` (default: this one), so one
@@ -16,6 +18,9 @@ processes of their own.
 /proc/PID/stat) and RSS, the load generator's CPU, the offer latency (on each agent,
 from a task's end to the next launch there: the master frees, offers, the framework
 accepts, the master launches) and each task's round trip (ACCEPT to its end's update).
+`--registry etcd` runs the master on a registry in a 3-member etcd cluster the bench
+starts (the master campaigns and leads, as `mesolite master --registry` does); `registry`
+measures the two registries' write latency alone (`_registry.py`).
 `agents` starts every agent at once (a registration storm: time until all are
 registered, and the refusals and resets on the way), then measures the idle master's
 CPU and RSS and the time of GET /state.
@@ -29,12 +34,14 @@ many hosts would. A benchmark, not a test: it prints figures and asserts nothing
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mesolite.lab.bench import _procstat
+from mesolite.lab.bench._registry import RegistryPlan, registry_latency
 from mesolite.lab.bench._runner import (
     AgentsPlan,
     MasterUnderTest,
@@ -45,6 +52,7 @@ from mesolite.lab.bench._runner import (
     temp_dir,
     throughput,
 )
+from mesolite.lab.etcd_cluster import EtcdCluster
 from mesolite.resources import Resources
 
 __all__ = ["add_arguments", "main", "run"]
@@ -71,7 +79,19 @@ def _source(text: str) -> tuple[str, Path]:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "scenario", choices=["throughput", "agents"], help="what to measure (see above)"
+        "scenario",
+        choices=["throughput", "agents", "registry"],
+        help="what to measure (see above)",
+    )
+    parser.add_argument(
+        "--registry",
+        choices=["sqlite", "etcd"],
+        action="append",
+        help="throughput: the master's registry (repeat to compare; etcd: a 3-member "
+        "cluster the bench starts, the master leading on it; default sqlite)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="repeat the rows (alternated) this many times"
     )
     parser.add_argument(
         "--compare",
@@ -131,53 +151,34 @@ def run(args: argparse.Namespace) -> int:
     sources = args.compare or [("this", _THIS_SOURCE)]
     scratch = temp_dir()
     load = _procstat.load_average()
+    if args.scenario == "registry":
+        registry_latency(scratch, RegistryPlan(rounds=max(1, args.rounds)))
+        end = _procstat.load_average()
+        print(f"load average {load[0]:.2f} at the start, {end[0]:.2f} at the end")
+        return 0
     rows: list[Row] = []
-    for label, source in sources:
-        settings: dict[str, Any] = {"log_level": args.log_level, "event_loop": args.event_loop}
-        if args.heartbeat is not None:
-            settings["agent_heartbeat_interval"] = args.heartbeat
-            settings["agent_timeout"] = max(10.0, 5 * args.heartbeat)
-        master = MasterUnderTest(label, source, settings, scratch / label, args.py_spy)
-        if args.scenario == "throughput":
-            agents = args.agents or 50
-            settings["grpc_streams"] = _streams_for(agents + args.frameworks)
+    registries = args.registry or ["sqlite"]
+    etcd = None
+    if "etcd" in registries:
+        etcd = EtcdCluster(scratch / "etcd")
+        asyncio.run(etcd.start())
+    try:
+        runs = [
+            (f"{label}/{registry}" if args.registry else label, source, registry, n)
+            for n in range(max(1, args.rounds))
+            for label, source in sources
+            for registry in registries
+        ]
+        for label, source, registry, n in runs:
+            extra = {}
+            if registry == "etcd" and etcd is not None:
+                extra = {"registry": f"{etcd.url}/bench-{n}-{label.replace('/', '-')}"}
             rows.append(
-                throughput(
-                    master,
-                    ThroughputPlan(
-                        agents=agents,
-                        agent_resources=args.agent_resources or _resources("cpus:8;mem:65536"),
-                        frameworks=args.frameworks,
-                        task=args.task,
-                        tasks_per_offer=args.tasks_per_offer,
-                        task_seconds=args.task_seconds,
-                        warmup=args.warmup,
-                        duration=args.duration,
-                        agent_procs=args.agent_procs or 1,
-                        framework_procs=args.framework_procs,
-                        batches=args.batches,
-                    ),
-                )
+                _one(args, label, source, scratch / f"{label.replace('/', '-')}-{n}", extra)
             )
-        else:
-            agents = args.agents or 10_000
-            settings["grpc_streams"] = _streams_for(agents)
-            rows.append(
-                agents_at_scale(
-                    master,
-                    AgentsPlan(
-                        agents=agents,
-                        agent_resources=args.agent_resources or _resources("cpus:8;mem:65536"),
-                        agent_procs=args.agent_procs or 4,
-                        settle=args.settle,
-                        idle=args.idle,
-                        state_requests=args.state_requests,
-                        storm_timeout=args.storm_timeout,
-                        batches=args.batches,
-                    ),
-                )
-            )
-        print(f"[{label}: done; master log in {scratch / label}]", file=sys.stderr, flush=True)
+    finally:
+        if etcd is not None:
+            etcd.stop()
     end_load = _procstat.load_average()
     print_table(
         rows,
@@ -185,6 +186,55 @@ def run(args: argparse.Namespace) -> int:
         f"{end_load[0]:.2f} at the end ({_procstat.cpu_count()} CPUs)",
     )
     return 0
+
+
+def _one(
+    args: argparse.Namespace, label: str, source: Path, log_dir: Path, extra: dict[str, Any]
+) -> Row:
+    """One row: the scenario against one master (`extra`: settings such as its registry)."""
+    settings: dict[str, Any] = {"log_level": args.log_level, "event_loop": args.event_loop}
+    settings.update(extra)
+    if args.heartbeat is not None:
+        settings["agent_heartbeat_interval"] = args.heartbeat
+        settings["agent_timeout"] = max(10.0, 5 * args.heartbeat)
+    master = MasterUnderTest(label, source, settings, log_dir, args.py_spy)
+    if args.scenario == "throughput":
+        agents = args.agents or 50
+        settings["grpc_streams"] = _streams_for(agents + args.frameworks)
+        row = throughput(
+            master,
+            ThroughputPlan(
+                agents=agents,
+                agent_resources=args.agent_resources or _resources("cpus:8;mem:65536"),
+                frameworks=args.frameworks,
+                task=args.task,
+                tasks_per_offer=args.tasks_per_offer,
+                task_seconds=args.task_seconds,
+                warmup=args.warmup,
+                duration=args.duration,
+                agent_procs=args.agent_procs or 1,
+                framework_procs=args.framework_procs,
+                batches=args.batches,
+            ),
+        )
+    else:
+        agents = args.agents or 10_000
+        settings["grpc_streams"] = _streams_for(agents)
+        row = agents_at_scale(
+            master,
+            AgentsPlan(
+                agents=agents,
+                agent_resources=args.agent_resources or _resources("cpus:8;mem:65536"),
+                agent_procs=args.agent_procs or 4,
+                settle=args.settle,
+                idle=args.idle,
+                state_requests=args.state_requests,
+                storm_timeout=args.storm_timeout,
+                batches=args.batches,
+            ),
+        )
+    print(f"[{label}: done; master log in {log_dir}]", file=sys.stderr, flush=True)
+    return row
 
 
 def _streams_for(clients: int) -> dict[str, float]:

@@ -29,6 +29,7 @@ async def _serve(settings: dict[str, Any]) -> None:
     from mesolite.master.server import MasterServer
     from mesolite.master.stream_limits import GrpcStreamLimitsConfig
 
+    registry_url = settings.pop("registry", None)  # etcd://...: lead on etcd first
     fields = {f.name for f in dataclasses.fields(MasterConfig)}
     skipped = sorted(name for name in settings if name not in fields)
     kwargs = {name: value for name, value in settings.items() if name in fields}
@@ -36,7 +37,24 @@ async def _serve(settings: dict[str, Any]) -> None:
         kwargs["grpc_streams"] = GrpcStreamLimitsConfig(**kwargs["grpc_streams"])
     if "work_dir" in kwargs:
         kwargs["work_dir"] = Path(kwargs["work_dir"])
-    server = MasterServer(MasterConfig(**kwargs), "127.0.0.1", port=0, http_port=0)
+    ha = None
+    if registry_url is None:
+        server = MasterServer(MasterConfig(**kwargs), "127.0.0.1", port=0, http_port=0)
+    else:  # only versions with HA masters (issue 16) take --registry etcd
+        from mesolite.master.ha import HaMaster, RegistryUrl
+
+        ha = HaMaster(RegistryUrl.parse(registry_url), host="127.0.0.1", port=0, http_port=0)
+        await ha.start()
+        registry = await ha.until_leading()
+        server = MasterServer(
+            MasterConfig(**kwargs),
+            "127.0.0.1",
+            port=ha.port,
+            http_port=ha.http_port,
+            registry=registry,
+            leadership=ha.election,
+            master_id=ha.master_id,
+        )
     await server.start()
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -48,6 +66,8 @@ async def _serve(settings: dict[str, Any]) -> None:
         await stop.wait()
     finally:
         await server.stop(grace=0.5)
+        if ha is not None:
+            await ha.close()
 
 
 def main() -> None:
