@@ -1116,6 +1116,13 @@ MESOS_BUGS = [
         ("tests/test_mesos_trust.py",),
     ),
     Bug(
+        "mesos: a task id with a path separator is taken",
+        "master/validation.py",
+        '        or "/" in value\n',
+        "",
+        ("tests/test_mesos_core.py",),
+    ),
+    Bug(
         "mesos: tasks do not see MESOS_TASK_ID",
         "agent/_task_env.py",
         "        MESOS_TASK_ID=task_id,\n",
