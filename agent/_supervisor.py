@@ -527,6 +527,9 @@ class Supervisor:
                     (os.POSIX_SPAWN_DUP2, self._errors_write, _ERROR_FD),
                 ],
                 setsid=True,
+                # As subprocess does: what Python ignores (SIGPIPE, SIGXFSZ), a command
+                # must not inherit ignored.
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
             )
         except (FrameError, OSError) as e:
             if isinstance(e, FrameError) and not isinstance(message.get("id"), int):

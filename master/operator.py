@@ -20,7 +20,7 @@ from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.errors import OperatorCallRefused, Refusal
 from mesolite.master.state import FrameworkRecord
-from mesolite.master.validation import clip, id_problem
+from mesolite.master.validation import clip, id_problem, task_id_problem
 
 
 def _who(principal: str | None) -> str:
@@ -47,7 +47,7 @@ class OperatorHandling(MasterCore):
     def operator_kill(self, framework_id: str, task_id: str, principal: str | None) -> str:
         """Kill a task of a framework for an operator; returns the task's agent id.
         Raises `OperatorCallRefused` (nothing changed)."""
-        if problem := id_problem("framework id", framework_id) or id_problem("task id", task_id):
+        if problem := id_problem("framework id", framework_id) or task_id_problem(task_id):
             raise OperatorCallRefused(Refusal.INVALID, problem)
         framework = self._live_framework(framework_id)
         task = framework.tasks.get(task_id)

@@ -57,7 +57,7 @@ class Kind(enum.Enum):
 class RoleState:
     """One role as the planner sees it."""
 
-    allocation: Resources  # what its frameworks hold: tasks and outstanding offers
+    allocation: Resources  # what its frameworks' tasks hold (outstanding offers aside)
     fair_share: Resources  # instantaneous, demand-capped
     guarantee: Resources = EMPTY
     weight: float = 1.0

@@ -71,8 +71,9 @@ class PreemptionHandling(MasterCore):
         """What each role declared it waits for, beyond what it holds (none yet)."""
         return {}
 
-    def role_states(self) -> dict[str, RoleState]:
-        """Every role a framework is in, as the planner sees it now."""
+    def role_states(self, track: bool = False) -> dict[str, RoleState]:
+        """Every role a framework is in, as the planner sees it now. With `track`
+        (the preemption check), starting and ending starvation is recorded too."""
         if not self.frameworks:
             return {}
         tree = self.allocator.roles
@@ -83,6 +84,12 @@ class PreemptionHandling(MasterCore):
         }
         fair = fair_levels(self._share_inputs(), total, active, demands)
         now = self._clock()
+        # What a role's tasks hold: outstanding offers do not count (a starved role is
+        # offered what it cannot use, and declines it; it is no less starved).
+        offered: dict[str, Resources] = {}
+        for o in self.offers.values():
+            role = tree.framework_role(o.offer.framework_id)
+            offered[role] = offered.get(role, EMPTY) + o.offer.resources
         states: dict[str, RoleState] = {}
         for path in {
             tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing
@@ -90,7 +97,7 @@ class PreemptionHandling(MasterCore):
             spec = self.roles_config.spec(path)
             guarantee = tree.role_guarantee(path)
             state = RoleState(
-                tree.role_allocation(path),
+                tree.role_allocation(path) - offered.get(path, EMPTY),
                 fair.get(path, EMPTY),
                 guarantee,
                 tree.role_weight(path),
@@ -101,16 +108,17 @@ class PreemptionHandling(MasterCore):
                 threshold=spec.fair_share_preemption_threshold,
             )
             below_g, below_f = starvation(state, total, self.allocator.policy)
-            g_since = _since(self._below_guarantee_since, path, below_g, now)
-            f_since = _since(self._below_fair_share_since, path, below_f, now)
+            g_since = _since(self._below_guarantee_since, path, below_g, now, track)
+            f_since = _since(self._below_fair_share_since, path, below_f, now, track)
             states[path] = dataclasses.replace(
                 state,
                 below_guarantee_for=None if g_since is None else now - g_since,
                 below_fair_share_for=None if f_since is None else now - f_since,
             )
-        for since in (self._below_guarantee_since, self._below_fair_share_since):
-            for path in [p for p in since if p not in states]:
-                del since[path]
+        if track:
+            for since in (self._below_guarantee_since, self._below_fair_share_since):
+                for path in [p for p in since if p not in states]:
+                    del since[path]
         return states
 
     @checked
@@ -118,7 +126,7 @@ class PreemptionHandling(MasterCore):
         """Preempt what the planner says now; returns how many tasks it chose."""
         if not self.config.preemption:
             return 0
-        states = self.role_states()
+        states = self.role_states(track=True)
         if not any(_due(s) for s in states.values()):
             return 0
         tree = self.allocator.roles
@@ -212,6 +220,10 @@ class PreemptionHandling(MasterCore):
         if p.timer is not None:
             p.timer.cancel()
         self.preemptions[p.kind.value] += 1
+        # The role it was for is given its chance: its wait starts again from now.
+        for since in (self._below_guarantee_since, self._below_fair_share_since):
+            if p.for_role in since:
+                since[p.for_role] = self._clock()
         log.info(
             "task preempted",
             framework_id=task.framework_id,
@@ -235,7 +247,11 @@ class PreemptionHandling(MasterCore):
         )
 
 
-def _since(table: dict[str, float], path: str, starved: bool, now: float) -> float | None:
+def _since(
+    table: dict[str, float], path: str, starved: bool, now: float, track: bool
+) -> float | None:
+    if not track:
+        return table.get(path) if starved else None
     if not starved:
         table.pop(path, None)
         return None

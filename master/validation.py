@@ -51,6 +51,34 @@ MAX_USER = 32  # a framework's user: Linux's useradd takes no longer name
 MAX_BATCH_CALLS = 10_000  # calls in one batch message (each still bounded on its own)
 
 
+# A task id as Mesos allows it (src/common/validation.cpp, validateID): it names the
+# task's sandbox directory, so at most NAME_MAX bytes, never "." or "..", no path
+# separator, no control character (nor, here, a Unicode format character: ids are shown
+# in logs and terminals).
+MAX_TASK_ID_BYTES = 255
+
+
+def task_id_problem(value: str) -> str | None:
+    """What is wrong with a task id (Mesos' rules, `MAX_TASK_ID_BYTES`); None if fine."""
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:  # a lone surrogate, from JSON's \ud800
+        size = MAX_TASK_ID_BYTES + 1
+    if (
+        not value
+        or size > MAX_TASK_ID_BYTES
+        or value in (".", "..")
+        or "/" in value
+        or "\\" in value
+        or any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in value)
+    ):
+        return (
+            f"invalid task id {clip(value)!r}: 1-{MAX_TASK_ID_BYTES} bytes, not '.' or '..', "
+            "without '/', '\\' or control characters"
+        )
+    return None
+
+
 def id_problem(what: str, value: str) -> str | None:
     if not ID.match(value):
         return f"invalid {what} {clip(value)!r}: 1-200 of A-Z a-z 0-9 _ . - :"
@@ -141,7 +169,7 @@ def task_problem(
 ) -> str | None:
     """What is wrong with one task to launch on `agent_id`; `in_use`: the framework's
     live task ids; `seen`: those of the tasks before it in the same call."""
-    if problem := id_problem("task id", spec.task_id):
+    if problem := task_id_problem(spec.task_id):
         return problem
     if spec.task_id in seen:
         return f"task id {spec.task_id} appears twice in the call"
@@ -199,8 +227,10 @@ def ids_problem(what: str, ids: Sequence[str]) -> str | None:
     if len(ids) > MAX_IDS_PER_CALL:
         return f"{len(ids)} {what} in one call, more than {MAX_IDS_PER_CALL}"
     for value in ids:
-        if len(value) > 200:
-            return f"one of the {what} is longer than 200 characters: {clip(value)!r}"
+        if len(value) > MAX_TASK_ID_BYTES:
+            return (
+                f"one of the {what} is longer than {MAX_TASK_ID_BYTES} characters: {clip(value)!r}"
+            )
     return None
 
 
@@ -282,9 +312,8 @@ def reported_tasks_problem(
     seen: set[tuple[str, str]] = set()
     for rt in running:
         key = (rt.framework_id, rt.task.task_id)
-        for what, value in zip(("framework id", "task id"), key, strict=True):
-            if problem := id_problem(what, value):
-                return problem
+        if problem := id_problem("framework id", key[0]) or task_id_problem(key[1]):
+            return problem
         if key in seen:
             return f"task {key[1]} of framework {key[0]} is reported twice"
         seen.add(key)

@@ -94,7 +94,8 @@ class TaskSpec:
     """
 
     task_id: str
-    """Unique among this framework's live tasks; 1-200 of ``A-Z a-z 0-9 _ . - :``.
+    """Unique among this framework's live tasks; as Mesos allows: 1-255 bytes, not ``.``
+    or ``..``, without ``/``, ``\\`` or control characters.
     `new_task_id()` makes one. An id may be used again once its task has ended."""
     command: str
     """The shell command (up to 64 KiB); its exit status decides FINISHED or FAILED."""

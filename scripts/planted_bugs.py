@@ -445,6 +445,20 @@ BUGS = [
         SPAWN_TESTS,
     ),
     Bug(
+        "spawn: a spawned command inherits the signals Python ignores",
+        "agent/_supervisor.py",
+        "                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),",
+        "                setsigdef=(),",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: the agent's descriptors leak into spawned commands",
+        "agent/_supervisor.py",
+        "                    os.set_inheritable(fd, False)",
+        "                    pass",
+        SPAWN_TESTS,
+    ),
+    Bug(
         "spawn: a spawned command is not put into its cgroup",
         "agent/_supervisor.py",
         'argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]',
@@ -1100,6 +1114,13 @@ MESOS_BUGS = [
         "unwatch = self._authn.watch_request(request, outbox.close)",
         "unwatch = self._authn.watch_request(request, lambda reason: None)",
         ("tests/test_mesos_trust.py",),
+    ),
+    Bug(
+        "mesos: a task id with a path separator is taken",
+        "master/validation.py",
+        '        or "/" in value\n',
+        "",
+        ("tests/test_mesos_core.py",),
     ),
     Bug(
         "mesos: tasks do not see MESOS_TASK_ID",

@@ -49,6 +49,7 @@ UNIT = {
     "test_roles_config.py",
     "test_sdk_public_api.py",
     "test_simulator.py",
+    "test_sim_preemption.py",
     "test_task_usage.py",
 }
 SLOW = {

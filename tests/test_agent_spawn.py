@@ -100,6 +100,29 @@ async def test_a_killed_agent_gets_every_spawned_commands_real_status(
 
 
 @needs_cgroups
+async def test_a_spawned_command_starts_with_no_signal_ignored_and_no_stray_fd(
+    work_dir: Path, recorder: Recorder, root: str
+) -> None:
+    runner = make_runner(work_dir, recorder, root)
+    try:
+        runner.launch(FW, spec("sig", "grep SigIgn /proc/$$/status; ls /proc/$$/fd"))
+        final = await recorder.wait_final("sig")
+        assert final.state is TaskState.FINISHED, final
+        assert launcher(work_dir, "sig") == "spawn"
+        # Python ignores SIGPIPE and SIGXFSZ: `yes | head` would never end if the
+        # command did too. (glibc's posix_spawn leaves its own two internal signals,
+        # 32 and 33, ignored: only glibc uses them, and it sets their handlers itself.)
+        stdout = (work_dir / "sandboxes" / FW / "sig" / "stdout").read_text()
+        label, mask, *fds = stdout.split()
+        ignored = {n + 1 for n in range(64) if int(mask, 16) >> n & 1}
+        assert label == "SigIgn:" and ignored <= {32, 33}, stdout
+        assert fds == ["0", "1", "2"], stdout  # nothing of the supervisor's leaks in
+    finally:
+        await runner.shutdown()
+        runner.close()
+
+
+@needs_cgroups
 async def test_spawned_commands_outlive_a_killed_supervisor_with_their_real_statuses(
     work_dir: Path, recorder: Recorder, root: str
 ) -> None:

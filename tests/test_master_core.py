@@ -63,7 +63,7 @@ def test_the_unused_part_of_an_accepted_offer_is_offered_again(core: CoreHarness
     ("tasks", "problem"),
     [
         ([TaskSpec("t1", "true", Resources(cpus=5))], "hold only"),
-        ([TaskSpec("bad id!", "true", Resources(cpus=1))], "invalid task id"),
+        ([TaskSpec("bad/id", "true", Resources(cpus=1))], "invalid task id"),
         ([TaskSpec("t1", "true", Resources(cpus=1))] * 2, "appears twice"),
         ([TaskSpec("t1", "  ", Resources(cpus=1))], "no command"),
         ([TaskSpec("t1", "true", Resources())], "no resources"),

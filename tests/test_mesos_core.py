@@ -20,7 +20,7 @@ def test_a_bad_task_ends_task_error_while_the_others_launch(core: CoreHarness) -
     [offer] = core.allocate_for(fw)
     tasks: list[TaskSpec | InvalidTask] = [
         spec("ok1"),
-        spec("bad id with spaces"),
+        spec("bad/id"),
         InvalidTask("unreadable", "resource 'ports' is not a scalar"),
         spec("ok1"),  # twice in one call
         spec("too-big", "cpus:3.5"),  # 1 cpu is already taken by ok1: 3 left
@@ -31,7 +31,7 @@ def test_a_bad_task_ends_task_error_while_the_others_launch(core: CoreHarness) -
     assert launched == ["ok1", "ok2"]
     updates = core.updates(fw)
     assert [(u.task_id, u.state) for u in updates] == [
-        ("bad id with spaces", TaskState.ERROR),
+        ("bad/id", TaskState.ERROR),
         ("unreadable", TaskState.ERROR),
         ("ok1", TaskState.ERROR),
         ("too-big", TaskState.ERROR),
@@ -79,3 +79,17 @@ def test_kill_of_an_unknown_task_is_answered_by_reconciliation(core: CoreHarness
     assert agent.peer.of(msg.KillTask) == []
     core.master.kill_or_reconcile(fw.framework_id, "t1")  # a running task is killed
     assert [k.task_id for k in agent.peer.take(msg.KillTask)] == ["t1"]
+
+
+def test_task_ids_as_mesos_allows_them(core: CoreHarness) -> None:
+    fw = core.subscribe()
+    agent = core.add_agent("cpus:8;mem:8192")
+    [offer] = core.allocate_for(fw)
+    good = ["web server #1", "tâche", "a" * 255, "x@host:8080+1", "..."]
+    bad = ["a/b", ".", "..", "", "back\\slash", "new\nline", "é" * 128, "rtl\u202eflip"]
+    tasks = [spec(t) for t in good + bad]
+    core.master.accept_each(fw.framework_id, [offer.offer_id], tasks, 0)
+    assert [m.task.task_id for m in agent.peer.take(msg.LaunchTask)] == good
+    errors = core.updates(fw)
+    assert [u.state for u in errors] == [TaskState.ERROR] * len(bad)
+    assert all("invalid task id" in u.message for u in errors)

@@ -4,6 +4,7 @@ on the real master core and allocator, in virtual time; CSV files and figures ou
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import fields
 from pathlib import Path
@@ -62,6 +63,13 @@ def _common(p: argparse.ArgumentParser, default_policies: list[str]) -> None:
         help="check the master's bookkeeping after every step (slow)",
     )
     p.add_argument("--no-figures", action="store_true", help="CSV files and the table only")
+    p.add_argument(
+        "--preemption",
+        choices=("file", "on", "off", "both"),
+        default="file",
+        help="the master's preemption: as the workload says (default), on, off, or each "
+        "policy run both ways (labelled POLICY and POLICY-no-preemption)",
+    )
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -88,15 +96,26 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"Facebook-like: {params.jobs} jobs on {params.agents} agents of "
             f"<{params.agent_resources}>, seed {params.seed}"
         )
+    variants = {
+        "file": [workload.settings.preemption],
+        "on": [True],
+        "off": [False],
+        "both": [True, False],
+    }[args.preemption]
     results = []
-    for policy in args.policy:
+    for policy, preemption in [(p, v) for p in args.policy for v in variants]:
+        run_on = dataclasses.replace(
+            workload, settings=dataclasses.replace(workload.settings, preemption=preemption)
+        )
         try:
             result = simulate(
-                workload, policy, seed=args.allocator_seed, check_invariants=args.check_invariants
+                run_on, policy, seed=args.allocator_seed, check_invariants=args.check_invariants
             )
         except WorkloadCannotRun as e:
             print(f"mesolite simulate: {e}", file=sys.stderr)
             return 2
+        if args.preemption == "both" and not preemption:
+            result.policy = f"{policy}-no-preemption"
         results.append(result)
         write_csvs(result, args.out)
         if result.invariant_violations:

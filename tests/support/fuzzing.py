@@ -147,7 +147,8 @@ def kept_problems(master: Master) -> list[str]:
         if not is_valid_role(framework.info.role):
             problems.append(f"framework {framework.framework_id} has role {framework.info.role!r}")
         for task in (*framework.tasks.values(), *framework.completed):
-            plain_id("task id", task.spec.task_id)
+            if validation.task_id_problem(task.spec.task_id):
+                problems.append(f"task id {validation.clip(task.spec.task_id)!r} is not valid")
             text(f"task {task.spec.task_id}'s name", task.spec.name)
             resources(f"task {task.spec.task_id!r}", list(task.spec.resources))
     for agent in master.agents.values():

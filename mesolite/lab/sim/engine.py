@@ -37,6 +37,7 @@ from mesolite.lab.sim.workload import Job, SimWorkload, TaskGroup
 from mesolite.master import messages as msg
 from mesolite.master.master import Master, MasterConfig
 from mesolite.master.policies.slots import SlotsPolicy
+from mesolite.master.preemption import starvation
 from mesolite.master.registry import Registry
 from mesolite.model import FrameworkInfo, Offer, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import EMPTY, Resources
@@ -86,6 +87,12 @@ class SimResult:
     wall_seconds: float = 0.0
     end_time: float = 0.0
     invariant_violations: list[str] = field(default_factory=list)
+    # (time the framework was told, role it was taken from, role it was for, agent)
+    preemptions: list[tuple[float, str, str, str]] = field(default_factory=list)
+    # Launches by a role on an agent it lost a task to preemption on, within the
+    # master's preemption hold, while the role it was taken for was still starved:
+    # (time, role, agent, the role it was for). Empty when preemption does not thrash.
+    given_back: list[tuple[float, str, str, str]] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -153,6 +160,8 @@ class Simulation:
             policy=policy,
             seed=seed,
             roles_file=settings.roles_file,
+            preemption=settings.preemption,
+            preemption_grace=settings.preemption_grace,
             check_invariants=check_invariants,
             max_frameworks=len(workload.jobs) + 1,
             max_agents=sum(g.count for g in workload.agents) + 1,
@@ -177,6 +186,8 @@ class Simulation:
         self._role_used: dict[str, Resources] = {}
         self._prompt_pending = False
         self._unfinished = len(self._jobs)
+        # (role, agent) -> (when a task of the role there was preempted, for which role)
+        self._taken: dict[tuple[str, str], tuple[float, str]] = {}
         self.result = SimResult(policy, workload.total, [], [], [])
         self._check(workload)
 
@@ -263,6 +274,7 @@ class Simulation:
     def _allocate(self) -> None:
         self.master.allocation_wanted.clear()
         self.result.offers += self.master.allocate()
+        self.master.check_preemption()
 
     def _sample(self) -> None:
         self._record_sample()
@@ -340,6 +352,10 @@ class Simulation:
                 self._answer(job, offer)
         elif isinstance(message, msg.Update):
             self._updated(job, message.status)
+        elif isinstance(message, msg.Preemption):  # the job waits for the kill
+            now = self.timers.now
+            self.result.preemptions.append((now, job.job.role, message.for_role, message.agent_id))
+            self._taken[(job.job.role, message.agent_id)] = (now, message.for_role)
 
     def _answer(self, job: _Job, offer: Offer) -> None:
         if (
@@ -366,6 +382,7 @@ class Simulation:
         specs = [TaskSpec(t.task_id, "sim", t.request) for t in tasks]
         self.master.accept(job.framework_id, [offer.offer_id], specs, refuse_seconds=0)
         now = self.timers.now
+        self._check_given_back(job.job.role, offer.agent_id, now)
         if job.started is None:
             job.started = now
         for t in tasks:
@@ -375,6 +392,22 @@ class Simulation:
         if not job.pending and not job.suppressed:
             job.suppressed = True
             self.master.suppress(job.framework_id)
+
+    def _check_given_back(self, role: str, agent_id: str, now: float) -> None:
+        taken = self._taken.get((role, agent_id))
+        if taken is None:
+            return
+        when, for_role = taken
+        if now - when > self.master.config.preemption_grace + self.master.config.preemption_hold:
+            del self._taken[(role, agent_id)]
+            return
+        state = self.master.role_states().get(for_role)
+        if state is not None and state.wants:
+            below_g, below_f = starvation(
+                state, self.master.allocator.total, self.master.allocator.policy
+            )
+            if below_g or below_f:
+                self.result.given_back.append((now, role, agent_id, for_role))
 
     def _updated(self, job: _Job, status: TaskStatus) -> None:
         if status.update_id:

@@ -71,7 +71,8 @@ def plot_completion(path: Path, results: Sequence[SimResult], title: str) -> Non
 
 def plot_shares(path: Path, results: Sequence[SimResult], title: str) -> None:
     """Each role's dominant share of what its tasks use over time, stacked, one panel per
-    policy: the roles with the largest peak one by one, the rest as `others`."""
+    policy: the roles with the largest peak one by one, the rest as `others`; a thin
+    line where a task was preempted."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 2.6 * len(results)))
@@ -95,6 +96,8 @@ def plot_shares(path: Path, results: Sequence[SimResult], title: str) -> None:
             labels.append(f"{len(peaks) - MAX_ROLES_DRAWN} others")
         if stacks:
             ax.stackplot(times, *stacks, labels=labels, alpha=0.85)
+        for t, _, _, _ in r.preemptions:
+            ax.axvline(t, color="black", linewidth=0.5, alpha=0.3)
         ax.set_ylabel(f"{r.policy}\ndominant share")
         ax.grid(alpha=0.3)
         ax.legend(loc="upper right", fontsize=7, ncol=2)

@@ -73,7 +73,11 @@ def mean_completion(result: SimResult) -> float | None:
 def write_csvs(result: SimResult, out: Path) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     p = result.policy
-    jobs, samples, shares = out / f"{p}-jobs.csv", out / f"{p}-samples.csv", out / f"{p}-shares.csv"
+    jobs, samples, shares = (
+        out / f"{p}-jobs.csv",
+        out / f"{p}-samples.csv",
+        out / f"{p}-shares.csv",
+    )
     with jobs.open("w", newline="") as f:
         w = csv.writer(f)
         w.writerow(
@@ -119,7 +123,12 @@ def write_csvs(result: SimResult, out: Path) -> list[Path]:
         w.writerow(["time", "role", "dominant_share"])
         for t, role, share in result.shares:
             w.writerow([t, role, round(share, 6)])
-    return [jobs, samples, shares]
+    preemptions = out / f"{p}-preemptions.csv"
+    with preemptions.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["time", "from_role", "for_role", "agent"])
+        w.writerows(result.preemptions)
+    return [jobs, samples, shares, preemptions]
 
 
 def _cell(value: float | None) -> str:
@@ -155,6 +164,7 @@ def summary_table(results: Sequence[SimResult], until: float | None = None) -> s
         unfinished = sum(1 for j in r.jobs if j.finished is None)
         lines.append(
             f"{r.policy}: mean use {shown}; {r.offers} offers, {r.declines} declined, "
+            f"{len(r.preemptions)} preempted, "
             f"{r.cycles} cycles, {unfinished} jobs unfinished at {r.end_time:.0f} s; "
             f"{r.wall_seconds:.1f} s of wall time"
         )

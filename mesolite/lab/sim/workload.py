@@ -9,6 +9,8 @@
     sample_interval = 10.0      # how often utilization and shares are sampled
     end = 3600.0                # stop here (default: when every job has finished)
     roles_file = "roles.toml"   # the master's roles file, relative to this file
+    preemption = true           # the master's preemption (master/preemptions.py)
+    preemption_grace = 5.0
 
     [[jobs]]
     name = "j1"
@@ -46,7 +48,15 @@ MAX_NAME = 64
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 _TOP_KEYS = ("cluster", "simulation", "jobs")
-_SIM_KEYS = ("allocation_interval", "refuse_seconds", "sample_interval", "end", "roles_file")
+_SIM_KEYS = (
+    "allocation_interval",
+    "refuse_seconds",
+    "sample_interval",
+    "end",
+    "roles_file",
+    "preemption",
+    "preemption_grace",
+)
 _JOB_KEYS = ("name", "arrival", "role", "tasks")
 _GROUP_KEYS = ("resources", "count", "duration")
 
@@ -89,6 +99,8 @@ class SimulationSettings:
     sample_interval: float = 10.0
     end: float | None = None
     roles_file: Path | None = None
+    preemption: bool = True  # the master's default (master/preemptions.py)
+    preemption_grace: float = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +151,8 @@ def dump_workload(workload: SimWorkload) -> str:
         lines.append(f"end = {s.end!r}")
     if s.roles_file is not None:
         lines.append(f'roles_file = "{s.roles_file}"')
+    lines.append(f"preemption = {'true' if s.preemption else 'false'}")
+    lines.append(f"preemption_grace = {s.preemption_grace!r}")
     for job in workload.jobs:
         groups = ", ".join(
             f'{{ resources = "{_res(g.resources)}", count = {g.count}, '
@@ -259,7 +273,16 @@ class _Parser:
             ),
             end=None if end is None else self.seconds(at, "end", end, 0.0),
             roles_file=None if roles is None else (self.base or Path()) / roles,
+            preemption=self.flag(at, "preemption", table.get("preemption", d.preemption)),
+            preemption_grace=self.seconds(
+                at, "preemption_grace", table.get("preemption_grace", d.preemption_grace), 0.0
+            ),
         )
+
+    def flag(self, at: tuple[str, ...], key: str, value: object) -> bool:
+        if not isinstance(value, bool):
+            self.fail((*at, key), f"{key} must be true or false, got {value!r:.80}")
+        return value
 
     def job(self, body: object) -> Job:
         at = ("jobs",)
