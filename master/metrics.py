@@ -72,6 +72,7 @@ LABELS = frozenset(
         "reason",
         "call",
         "isolation",
+        "kind",  # of preemption: min_share or fair_share
     }
 )
 # How agents contain tasks (`mesolite_agents_by_isolation`); any other value an
