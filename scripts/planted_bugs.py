@@ -963,6 +963,13 @@ SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
 SIM_BUGS = [
     Bug(
+        "the allocator ignores declared demand",
+        "master/allocator.py",
+        "        return demand is None or any(offered.contains(shape) for shape in demand)",
+        "        return True",
+        ("tests/test_allocator.py", "tests/test_demand.py"),
+    ),
+    Bug(
         "preemption without a grace period",
         "master/preemptions.py",
         "        timer = self._timers.call_later(grace, self._grace_over, *key)",
