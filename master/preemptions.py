@@ -220,6 +220,7 @@ class PreemptionHandling(MasterCore):
         if p.timer is not None:
             p.timer.cancel()
         self.preemptions[p.kind.value] += 1
+        self.metrics.preempted(p.kind.value)
         # The role it was for is given its chance: its wait starts again from now.
         for since in (self._below_guarantee_since, self._below_fair_share_since):
             if p.for_role in since:
