@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import socket
 import struct
@@ -117,6 +118,29 @@ async def test_a_spawned_command_starts_with_no_signal_ignored_and_no_stray_fd(
         ignored = {n + 1 for n in range(64) if int(mask, 16) >> n & 1}
         assert label == "SigIgn:" and ignored <= {32, 33}, stdout
         assert fds == ["0", "1", "2"], stdout  # nothing of the supervisor's leaks in
+    finally:
+        await runner.shutdown()
+        runner.close()
+
+
+@needs_cgroups
+async def test_with_spawning_off_a_wrapper_confines_the_command_as_before(
+    work_dir: Path, recorder: Recorder, root: str
+) -> None:
+    # Where the supervisor cannot spawn (no setpriv), a wrapper starts a task with a
+    # cgroup: its command, not the wrapper, joins the cgroup and takes the task user.
+    isolator = Isolator(IsolationConfig(cgroups_root=root), work_dir, announce=False)
+    runner = TaskRunner(work_dir, recorder, isolator=isolator, spawn=False)
+    try:
+        runner.launch(FW, spec("w", "id -u; cat /proc/$$/cgroup"))
+        final = await recorder.wait_final("w")
+        assert final.state is TaskState.FINISHED, final
+        assert launcher(work_dir, "w") == "wrapper"
+        uid, *cgroups = (work_dir / "sandboxes" / FW / "w" / "stdout").read_text().split()
+        assert int(uid) == pwd.getpwnam(isolator.task_user_name).pw_uid != os.geteuid()
+        memory = [line for line in cgroups if "memory" in line.split(":")[1]]
+        # The task's own cgroup (named by its run), not the supervisor's.
+        assert memory and f"/{root}/" in memory[0] and final.run_id in memory[0], cgroups
     finally:
         await runner.shutdown()
         runner.close()
