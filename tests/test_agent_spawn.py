@@ -68,6 +68,27 @@ def go(work_dir: Path, task_id: str) -> None:
     (work_dir / "sandboxes" / FW / task_id / "go").touch()
 
 
+def checkpoint_pid(work_dir: Path, task_id: str) -> int:
+    record = json.loads((work_dir / "meta" / FW / task_id / "task.json").read_text())
+    pid = record["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def pidfds_held() -> set[int]:
+    """The processes this process holds a pidfd on (their fdinfo names them)."""
+    pids = set()
+    for info in Path("/proc/self/fdinfo").iterdir():
+        try:
+            text = info.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pid:"):
+                pids.add(int(line.split()[1]))
+    return pids
+
+
 def launcher(work_dir: Path, task_id: str) -> str:
     record = json.loads((work_dir / "meta" / FW / task_id / "task.json").read_text())
     return str(record["launcher"])
@@ -161,6 +182,9 @@ async def test_spawned_commands_outlive_a_killed_supervisor_with_their_real_stat
         assert supervisor is not None
         os.kill(supervisor, signal.SIGKILL)
         await wait_for_condition(lambda: not alive(supervisor), what="the supervisor to die")
+        # The agent waits for each command (a pidfd), not for its end in the log alone.
+        commands = {checkpoint_pid(work_dir, f"t{i}") for i in range(4)}
+        await wait_for_condition(lambda: commands <= pidfds_held(), what="a pidfd on each command")
         for i in range(4):
             go(work_dir, f"t{i}")
         # Its keeper reaped them and wrote their ends to the exit log.
