@@ -167,19 +167,25 @@ class Election:
     async def _keep(self) -> None:
         """Renew the lease every ttl/3; as the leader, end the term when it lapses."""
         last_members = 0.0
+        retrying = False  # the last renewal failed: try again now, not in ttl/3
         while True:
             leading = self.fence is not None
             until_deadline = self._deadline - self._clock()
-            await asyncio.sleep(max(0.0, min(self.ttl / 3, until_deadline)))
+            await asyncio.sleep(0.0 if retrying else max(0.0, min(self.ttl / 3, until_deadline)))
+            retrying = False
             if leading and self._clock() >= self._deadline:
                 self.lose("the leader lease was not renewed in time")
                 return
             sent = self._clock()
             try:
-                ttl = await self._client.keep_alive(self._lease)
+                # A try may take a quarter of the lease: a hung one leaves time for more.
+                ttl = await self._client.keep_alive(self._lease, timeout=max(0.2, self.ttl / 4))
             except EtcdError as e:
+                # (A member that died under the stream: the next try opens a new one,
+                # on another member; retried at once, the lease being short.)
                 log.warning("lease renewal failed", error=str(e), leading=leading)
-                await asyncio.sleep(min(0.2, self.ttl / 10))
+                await asyncio.sleep(0.05)
+                retrying = True
                 continue
             if ttl <= 0:
                 if self.fence is not None:

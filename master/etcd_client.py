@@ -284,10 +284,11 @@ class EtcdClient:
     async def revoke(self, lease: int) -> None:
         await self._call(self._lease.LeaseRevoke, rpc_pb2.LeaseRevokeRequest(ID=lease), 1.0)
 
-    async def keep_alive(self, lease: int) -> int:
-        """Renew the lease once; returns its new TTL (0 or less: it has expired)."""
+    async def keep_alive(self, lease: int, timeout: float | None = None) -> int:
+        """Renew the lease once (within `timeout`, default the call timeout); returns its
+        new TTL (0 or less: it has expired)."""
         try:
-            async with asyncio.timeout(self._call_timeout):
+            async with asyncio.timeout(timeout or self._call_timeout):
                 if self._keepalive is None:
                     self._keepalive = self._lease.LeaseKeepAlive()
                 await self._keepalive.write(rpc_pb2.LeaseKeepAliveRequest(ID=lease))

@@ -136,6 +136,7 @@ class EtcdRegistry:
         fence: Fence | None,
         on_fenced: Callable[[str], None] = lambda reason: None,
         write_timeout: float = 5.0,
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         """`fence`: the leadership every write is guarded on (None only in unit tests of
         the layout: unguarded). `on_fenced` is called once if a write is refused."""
@@ -143,6 +144,7 @@ class EtcdRegistry:
         self._root = prefix.rstrip("/") + "/registry/"
         self._fence = fence
         self._on_fenced = on_fenced
+        self._leading = leading  # asked before every write (the election's is_leading)
         self._write_timeout = write_timeout
         self._frameworks: dict[str, FrameworkEntry] = {}
         self._agents: dict[str, _Agent] = {}
@@ -240,6 +242,10 @@ class EtcdRegistry:
             waiter.set()
 
     async def _commit(self, ops: list[Op]) -> None:
+        if not self._leading():
+            # The term may be over on this master's clock before etcd lets the lease go:
+            # the guard alone would still let this write through.
+            raise RegistryFenced("this master's term is over: no more registry writes")
         guards = self._fence.guards() if self._fence else []
         started = time.perf_counter()
         ok, self.revision, _ = await self._client.txn(guards, ops, timeout=self._write_timeout)
@@ -247,6 +253,10 @@ class EtcdRegistry:
         if not ok:
             raise RegistryFenced("etcd refused a guarded write: this master no longer leads")
         self.commits += 1
+
+    def fence_off(self, reason: str) -> None:
+        """The term is over (the election says so): write nothing more, from now on."""
+        self._fail(reason)
 
     def _fail(self, reason: str) -> None:
         if self.failure is None:

@@ -262,7 +262,11 @@ class HaMaster:
             fence,
             on_fenced=self.election.lose,
             write_timeout=float(self._ttl),
+            leading=self.election.is_leading,
         )
+        # First of the term's end callbacks: nothing the master does as it stops
+        # serving (closing streams, a failover-0 framework's teardown) is written.
+        self.election.on_lost(registry.fence_off)
         await registry.load()
         self.registry = registry
         if self._compaction_interval > 0:

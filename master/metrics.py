@@ -72,6 +72,7 @@ LABELS = frozenset(
         "reason",
         "call",
         "isolation",
+        "kind",  # of preemption: min_share or fair_share
     }
 )
 # How agents contain tasks (`mesolite_agents_by_isolation`); any other value an
@@ -150,6 +151,14 @@ class MasterMetrics:
             registry=r,
         )
         self._forwarded = {state: forwarded.labels(state.value) for state in TaskState}
+        preempted = Counter(
+            "mesolite_preemptions",
+            "Tasks ended by preemption, by kind: min_share (for a role below its "
+            "guarantee) or fair_share (below its threshold of its fair share).",
+            ["kind"],
+            registry=r,
+        )
+        self._preempted = {kind: preempted.labels(kind) for kind in ("min_share", "fair_share")}
         self._update_retries = Counter(
             "mesolite_status_update_retries",
             "Status updates received again with an update id the master had already "
@@ -235,6 +244,9 @@ class MasterMetrics:
     def update_forwarded(self, state: TaskState) -> None:
         self._forwarded[state].inc()
 
+    def preempted(self, kind: str) -> None:
+        self._preempted[kind].inc()
+
     def update_retried(self) -> None:
         self._update_retries.inc()
 
@@ -283,6 +295,12 @@ def _tasks(state: ClusterSnapshot) -> Iterator[Metric]:
         if not task_state.is_terminal:
             tasks.add_metric([task_state.value], by_state.get(task_state, 0))
     yield tasks
+    preempting = GaugeMetricFamily(
+        "mesolite_tasks_preempting",
+        "Running tasks whose framework was told they will be preempted.",
+    )
+    preempting.add_metric([], sum(1 for t in state.tasks if t.preempting is not None))
+    yield preempting
 
 
 def _task_usage(state: ClusterSnapshot) -> Iterator[Metric]:

@@ -67,10 +67,6 @@ class PreemptionHandling(MasterCore):
             if p.timer is not None:
                 p.timer.cancel()
 
-    def role_demands(self) -> dict[str, Resources]:
-        """What each role declared it waits for, beyond what it holds (none yet)."""
-        return {}
-
     def role_states(self, track: bool = False) -> dict[str, RoleState]:
         """Every role a framework is in, as the planner sees it now. With `track`
         (the preemption check), starting and ending starvation is recorded too."""
@@ -79,17 +75,19 @@ class PreemptionHandling(MasterCore):
         tree = self.allocator.roles
         total = self.allocator.total
         active = tree.active_roles()
-        demands = {
-            path: tree.role_allocation(path) + extra for path, extra in self.role_demands().items()
-        }
-        fair = fair_levels(self._share_inputs(), total, active, demands)
-        now = self._clock()
         # What a role's tasks hold: outstanding offers do not count (a starved role is
         # offered what it cannot use, and declines it; it is no less starved).
         offered: dict[str, Resources] = {}
         for o in self.offers.values():
             role = tree.framework_role(o.offer.framework_id)
             offered[role] = offered.get(role, EMPTY) + o.offer.resources
+        demands = {
+            path: tree.role_allocation(path) - offered.get(path, EMPTY) + extra
+            for path, extra in self.role_demands().items()
+            if tree.has_role(path)
+        }
+        fair = fair_levels(self._share_inputs(), total, active, demands)
+        now = self._clock()
         states: dict[str, RoleState] = {}
         for path in {
             tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing
@@ -220,6 +218,7 @@ class PreemptionHandling(MasterCore):
         if p.timer is not None:
             p.timer.cancel()
         self.preemptions[p.kind.value] += 1
+        self.metrics.preempted(p.kind.value)
         # The role it was for is given its chance: its wait starts again from now.
         for since in (self._below_guarantee_since, self._below_fair_share_since):
             if p.for_role in since:

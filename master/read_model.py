@@ -55,6 +55,7 @@ from mesolite.snapshot import (
     FrameworkSnapshot,
     MasterSnapshot,
     OfferSnapshot,
+    PreemptionSnapshot,
     RoleSnapshot,
     TaskSnapshot,
     TaskUsageSnapshot,
@@ -93,7 +94,7 @@ def build_snapshot(
     agents = tuple(
         _agent(master, a, by_agent.get(a.agent_id, EMPTY), now) for a in master.agents.values()
     )
-    tasks = tuple(_task(t) for t in master.tasks())
+    tasks = tuple(_task(t, _preempting(master, t)) for t in master.tasks())
     allocated = sum((a.allocated for a in agents), EMPTY)
     usage = sum((a.usage for a in agents), EMPTY)
     return ClusterSnapshot(
@@ -254,7 +255,15 @@ def _roles(master: Master, frameworks_in: Counter[str]) -> tuple[RoleSnapshot, .
     return tuple(roles)
 
 
-def _task(t: TaskRecord) -> TaskSnapshot:
+def _preempting(master: Master, t: TaskRecord) -> PreemptionSnapshot | None:
+    p = master.preempting.get((t.framework_id, t.spec.task_id))
+    if p is None:
+        return None
+    kill_in = 0.0 if p.killed else max(0.0, round(p.kill_at - master.now(), 3))
+    return PreemptionSnapshot(p.for_role, p.kind.value, kill_in)
+
+
+def _task(t: TaskRecord, preempting: PreemptionSnapshot | None = None) -> TaskSnapshot:
     return TaskSnapshot(
         id=t.spec.task_id,
         name=t.spec.name,
@@ -263,6 +272,7 @@ def _task(t: TaskRecord) -> TaskSnapshot:
         state=t.state,
         resources=t.spec.resources,
         usage=_usage(t.usage) if t.usage is not None else None,
+        preempting=preempting,
     )
 
 

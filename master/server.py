@@ -184,16 +184,19 @@ class MasterServer:
         await site.start()
         self.http_port = site.port
 
+        # The periodic actions run only while this master leads: one that wakes from a
+        # stall past its lease must not, say, find every agent silent and remove it.
+        leading = self.leadership.is_leading
         self._loops = [
             asyncio.create_task(self._allocation_loop(master)),
             # Cheap however many agents there are (it reads only the silent ones).
             asyncio.create_task(
-                _every(min(1.0, cfg.agent_heartbeat_interval), master.check_agent_health)
+                _every(min(1.0, cfg.agent_heartbeat_interval), master.check_agent_health, leading)
             ),
             asyncio.create_task(
-                _every(cfg.framework_heartbeat_interval, master.send_framework_heartbeats)
+                _every(cfg.framework_heartbeat_interval, master.send_framework_heartbeats, leading)
             ),
-            asyncio.create_task(_every(ACTIVITY_LOG_PERIOD, master.log_activity)),
+            asyncio.create_task(_every(ACTIVITY_LOG_PERIOD, master.log_activity, leading)),
         ]
         log.info(
             "master started",
@@ -214,12 +217,22 @@ class MasterServer:
                 async with asyncio.timeout(self.config.allocation_interval):
                     await master.allocation_wanted.wait()
             master.allocation_wanted.clear()
+            if not self.leadership.is_leading():
+                continue
             try:
                 with master.metrics.time_cycle():
                     master.allocate()
                 master.check_preemption()
             except Exception:
                 log.exception("allocation cycle failed")
+
+    def step_down(self) -> None:
+        """The term ended (an HA master): stop acting at once. The periodic actions end
+        and every stream is closed; `stop()` follows."""
+        for task in self._loops:
+            task.cancel()
+        if self.master is not None:
+            self.master.shutdown()
 
     async def stop(self, grace: float = 1.0) -> None:
         for task in self._loops:
@@ -256,9 +269,15 @@ class MasterServer:
         await self.stop()
 
 
-async def _every(seconds: float, action: Callable[[], object | Awaitable[object]]) -> None:
+async def _every(
+    seconds: float,
+    action: Callable[[], object | Awaitable[object]],
+    when: Callable[[], bool] = lambda: True,
+) -> None:
     while True:
         await asyncio.sleep(seconds)
+        if not when():
+            continue
         try:
             action()
         except Exception:

@@ -314,6 +314,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 master.suppress(framework_id)
             elif kind == "teardown":
                 master.teardown(framework_id)
+            elif kind == "demand":
+                master.declare_demand(
+                    framework_id,
+                    [
+                        (convert.resources_from_proto(d.resources), d.count)
+                        for d in call.demand.shapes
+                    ],
+                )
             elif kind == "subscribe":
                 raise CallRejected("already subscribed on this stream")
             elif kind == "batch":
@@ -521,11 +529,20 @@ class AgentGatewayService(agent_pb2_grpc.AgentGatewayServicer):
                 self._master.disconnect_agent(agent_id, outbox)
             if outbox.close_reason.startswith(_UNDECODABLE):
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, outbox.close_reason)
-            if agent_id in self._master.removed_agents:
+            if agent_id in self._master.removed_agents and await self._removal_stands():
                 await context.abort(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"agent {agent_id} was removed: {outbox.close_reason}",
                 )
+
+    async def _removal_stands(self) -> bool:
+        """Whether an agent may be told it was removed (it then kills its tasks): only
+        once the removal is stored, and only by a master that leads."""
+        try:
+            await self._master.registry.durable()
+        except RegistryFenced:
+            return False
+        return self._leadership.is_leading()
 
 
 def _agent_event(message: msg.AgentMessage) -> agent_pb2.AgentEvent:

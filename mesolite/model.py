@@ -143,8 +143,8 @@ class TaskStatus:
     """Who made it: the task's agent, or the master."""
     reason: str = ""
     """Mesos' `TaskStatus.Reason` name when a limit of the task's container ended it
-    (``REASON_CONTAINER_LIMITATION_MEMORY``, ``REASON_CONTAINER_LIMITATION``); else
-    empty."""
+    (``REASON_CONTAINER_LIMITATION_MEMORY``, ``REASON_CONTAINER_LIMITATION``) or the
+    master preempted it (``REASON_CONTAINER_PREEMPTED``); else empty."""
 
 
 @dataclass(frozen=True, slots=True)

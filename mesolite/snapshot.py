@@ -203,6 +203,17 @@ class TaskUsageSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class PreemptionSnapshot:
+    """A task its framework was told will be preempted (master/preemptions.py)."""
+
+    for_role: str = field(metadata=doc("the role its resources are taken back for"))
+    kind: str = field(metadata=doc("min_share (that role is below its guarantee) or fair_share"))
+    kill_in: float = field(
+        metadata=doc("seconds left of its grace period (0: the agent was told to kill it)")
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class TaskSnapshot:
     """A task the master considers running (not yet in a terminal state)."""
 
@@ -214,6 +225,9 @@ class TaskSnapshot:
     resources: Resources
     usage: TaskUsageSnapshot | None = field(
         default=None, metadata=doc("null where its agent does not measure it (no cgroups)")
+    )
+    preempting: PreemptionSnapshot | None = field(
+        default=None, metadata=doc("set while the task is being preempted, null otherwise")
     )
 
 

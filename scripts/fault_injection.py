@@ -35,7 +35,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mesolite.logs import configure
-from tests.chaos import run_chaos
+from tests.chaos import Report, run_chaos
 from tests.chaos_ha import run_ha_chaos
 from tests.support.cgroups import TEST_CGROUPS_ROOT, remove_tree
 
@@ -99,7 +99,11 @@ async def main_async(
     for seed in seeds:
         with tempfile.TemporaryDirectory(prefix=f"chaos-{seed}-") as tmp:
             run = run_ha_chaos if ha else run_chaos
-            report = await run(Path(tmp), seed, faults)
+            try:
+                report = await run(Path(tmp), seed, faults)
+            except Exception as e:  # the harness itself failed: a finding too, logs kept
+                report = Report(seed)
+                report.violations.append(f"the run failed: {e!r}")
             if report.violations and keep_failed is not None:
                 # The logs of every process of the run, to find out why.
                 # (Sockets, such as the agents' supervisors', cannot be copied.)

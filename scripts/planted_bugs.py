@@ -956,6 +956,20 @@ HA_BUGS = [
         ("tests/test_ha_edges.py",),
     ),
     Bug(
+        "the registry writes after the term is over on the master's clock",
+        "master/etcd_registry.py",
+        "        if not self._leading():\n",
+        "        if False:\n",
+        ("tests/test_ha_edges.py",),
+    ),
+    Bug(
+        "a master that does not lead runs its periodic actions",
+        "master/server.py",
+        "        if not when():\n            continue\n",
+        "",
+        ("tests/test_ha_edges.py",),
+    ),
+    Bug(
         "a deposed leader's streams go on sending",
         "master/servicers.py",
         "        if not leading():\n            outbox.close",
@@ -969,6 +983,13 @@ HA_BUGS = [
 SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
 SIM_BUGS = [
+    Bug(
+        "the allocator ignores declared demand",
+        "master/allocator.py",
+        "        return demand is None or any(offered.contains(shape) for shape in demand)",
+        "        return True",
+        ("tests/test_allocator.py", "tests/test_demand.py"),
+    ),
     Bug(
         "preemption without a grace period",
         "master/preemptions.py",

@@ -10,7 +10,9 @@ frameworks are given all three (`--master a,b,c`). The master faults become:
   and exit (status 3); it is started again as a standby;
 - an etcd member killed and restarted: no master should lose its lease for it
   (counted in `etcd_member_leader_changes`, not a violation: a loaded machine can
-  stall etcd's own election past a 2 s lease).
+  stall etcd's own election past a 2 s lease). A leader that lost its lease so exits
+  (status 3); before each fault the harness starts again any master that exited, as
+  its supervisor would (counted as "restart after exit").
 
 Each takeover is timed from the kill (or stop) to another master serving /state itself.
 """
@@ -99,6 +101,14 @@ class MasterSet:
     def violations(self) -> list[str]:
         return [v for m in self.masters for v in m.violations()]
 
+    async def revive(self) -> int:
+        """Start again every master that exited (a deposed leader exits: its supervisor
+        starts it again, as systemd would). Returns how many."""
+        exited = [m for m in self.masters if m.process and m.process.returncode is not None]
+        for m in exited:
+            await m.start()
+        return len(exited)
+
     async def stop(self) -> None:
         for m in self.masters:
             await m.stop()
@@ -125,6 +135,10 @@ class HaChaos(Chaos):
         kind = self.rng.choice(
             ["leader kill", "leader kill", "leader stop", "etcd member", "agent", "framework"]
         )
+        # A master that lost its lease by itself (an etcd member's death under load)
+        # exited; like a supervisor, start it again before the next fault.
+        if revived := await self.ha.revive():
+            self.report.faults["restart after exit"] += revived
         if kind == "leader kill":
             await self.leader_kill()
         elif kind == "leader stop":
@@ -135,7 +149,11 @@ class HaChaos(Chaos):
             await super().inject_other(kind)
 
     async def _takeover(self, old: int, since: float) -> None:
-        new = await self.ha.leader(self.http)
+        try:
+            new = await self.ha.leader(self.http)
+        except AssertionError as e:
+            self.report.violations.append(f"after m{old} went: {e}")
+            return
         took = time.monotonic() - since
         self.report.takeovers.append(round(took, 3))
         if new == old:

@@ -44,6 +44,7 @@ UNIT = {
     "test_policy_properties.py",
     "test_preemption.py",
     "test_preemptions.py",
+    "test_demand.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",

@@ -17,6 +17,7 @@ import pytest
 from mesolite.certs import init_cluster, issue
 from mesolite.grpc_utils import create_channel
 from mesolite.master.election import Election
+from mesolite.master.errors import RegistryFenced
 from mesolite.master.etcd_client import EtcdClient, EtcdError, EtcdTls, Put
 from mesolite.master.etcd_registry import EtcdRegistry
 from mesolite.master.ha import HaMaster, RegistryUrl
@@ -152,11 +153,18 @@ async def test_a_leader_stops_leading_the_moment_its_lease_may_have_lapsed(
         clock = FakeClock()
         election = Election(client, "/e", MasterAddress("m1", "h:1", "http://h:2"), 5, clock=clock)
         try:
-            await election.campaign()
+            fence = await election.campaign()
+            registry = EtcdRegistry(client, "/e", fence, leading=election.is_leading)
             assert election.is_leading() and election.leader() == election.me
             clock.now += 5.0  # as if the process had been stopped for a TTL
             assert not election.is_leading()
             assert election.leader() is None
+            # etcd has not let the lease go (no time passed for it): the guard would
+            # hold, but the registry writes nothing once the term is over here.
+            registry.add_framework(FrameworkEntry("F1", "late", "*", 0.0, 1.0))
+            with pytest.raises(RegistryFenced):
+                await registry.durable()
+            assert await client.get(b"/e/registry/frameworks/F1") is None
         finally:
             await election.close()
             await client.close()
@@ -318,3 +326,44 @@ async def test_a_standby_keeps_the_clusters_tls(tmp_path: Path) -> None:
                 await campaign
             await standby.close()
             await leader.close()
+
+
+async def test_nothing_is_written_once_the_term_is_over_on_this_masters_clock(
+    tmp_path: Path,
+) -> None:
+    """Leadership lost before etcd lets the lease go (the guard would still hold): what
+    the master does as it stops serving is not written."""
+    async with EtcdCluster(tmp_path, members=1) as etcd:
+        ha = HaMaster(RegistryUrl.parse(etcd.url + "/t"), host="127.0.0.1", port=0, http_port=0)
+        await ha.start()
+        try:
+            registry = await ha.until_leading()
+            assert ha.election is not None
+            registry.add_framework(FrameworkEntry("F1", "batch", "*", 0.0, 1.0))
+            await registry.durable()
+            ha.election.lose("the leader lease was not renewed in time")
+            registry.mark_framework_removing("F1")  # a failover-0 teardown as streams close
+            with pytest.raises(RegistryFenced):
+                await registry.durable()
+            stored = await ha.client.get(b"/t/registry/frameworks/F1")
+            assert stored is not None and b'"removing": false' in stored.value
+        finally:
+            await ha.close()
+
+
+async def test_a_master_that_does_not_lead_runs_no_periodic_action(tmp_path: Path) -> None:
+    """Woken from a stall past its lease, a master finds every agent silent: it must not
+    remove them (the agents would kill their tasks), nor allocate, nor heartbeat."""
+    switch = Switch()
+    cluster = LocalCluster(tmp_path)
+    cluster.server.leadership = switch
+    async with cluster:
+        agent = await cluster.add_agent("cpus:1;mem:64")
+        switch.leading = False
+        cluster.clock.skipped += 3 * cluster.config.agent_timeout  # silent for that long
+        cycles = cluster.master.allocation_cycles
+        # The health check runs every 0.2 s here: a bounded wait for what must not happen.
+        await asyncio.sleep(1.0)
+        assert agent.agent_id in cluster.master.agents
+        assert not cluster.master.removed_agents
+        assert cluster.master.allocation_cycles == cycles

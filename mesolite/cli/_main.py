@@ -210,7 +210,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         asyncio.get_running_loop().add_signal_handler(signal.SIGHUP, reload)
         if ha is not None and ha.election is not None:
             # Lost the lease or a guarded write refused: stop serving at once.
-            ha.election.on_lost(lambda reason: master.shutdown())
+            ha.election.on_lost(lambda reason: server.step_down())
     lost = False
     try:
         print(_next_steps(server, args.tls_dir), flush=True)

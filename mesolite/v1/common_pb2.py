@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mesolite/v1/common.proto\x12\x0bmesolite.v1\"q\n\tResources\x12\x34\n\x07scalars\x18\x01 \x03(\x0b\x32#.mesolite.v1.Resources.ScalarsEntry\x1a.\n\x0cScalarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xe8\x01\n\x08TaskInfo\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12)\n\tresources\x18\x04 \x01(\x0b\x32\x16.mesolite.v1.Resources\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12;\n\x0b\x65nvironment\x18\x06 \x03(\x0b\x32&.mesolite.v1.TaskInfo.EnvironmentEntry\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xdb\x03\n\nTaskStatus\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66ramework_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.mesolite.v1.TaskState\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\ttimestamp\x18\x07 \x01(\x01\x12\x11\n\tupdate_id\x18\x08 \x01(\t\x12.\n\x06source\x18\t \x01(\x0e\x32\x1e.mesolite.v1.TaskStatus.Source\x12.\n\x06reason\x18\n \x01(\x0e\x32\x1e.mesolite.v1.TaskStatus.Reason\"E\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n\rSOURCE_MASTER\x10\x01\x12\x10\n\x0cSOURCE_AGENT\x10\x02\"i\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x1f\n\x1bREASON_CONTAINER_LIMITATION\x10\x01\x12&\n\"REASON_CONTAINER_LIMITATION_MEMORY\x10\x02\x42\x0c\n\n_exit_code*\xfb\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cTASK_STAGING\x10\x01\x12\x11\n\rTASK_STARTING\x10\x02\x12\x10\n\x0cTASK_RUNNING\x10\x03\x12\x10\n\x0cTASK_KILLING\x10\x04\x12\x11\n\rTASK_FINISHED\x10\x05\x12\x0f\n\x0bTASK_FAILED\x10\x06\x12\x0f\n\x0bTASK_KILLED\x10\x07\x12\r\n\tTASK_LOST\x10\x08\x12\x0e\n\nTASK_ERROR\x10\t\x12\x10\n\x0cTASK_DROPPED\x10\n\x12\x14\n\x10TASK_UNREACHABLE\x10\x0b\x12\r\n\tTASK_GONE\x10\x0c\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18mesolite/v1/common.proto\x12\x0bmesolite.v1\"q\n\tResources\x12\x34\n\x07scalars\x18\x01 \x03(\x0b\x32#.mesolite.v1.Resources.ScalarsEntry\x1a.\n\x0cScalarsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"\xe8\x01\n\x08TaskInfo\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0f\n\x07\x63ommand\x18\x03 \x01(\t\x12)\n\tresources\x18\x04 \x01(\x0b\x32\x16.mesolite.v1.Resources\x12\x10\n\x08\x61gent_id\x18\x05 \x01(\t\x12;\n\x0b\x65nvironment\x18\x06 \x03(\x0b\x32&.mesolite.v1.TaskInfo.EnvironmentEntry\x1a\x32\n\x10\x45nvironmentEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xfc\x03\n\nTaskStatus\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x14\n\x0c\x66ramework_id\x18\x02 \x01(\t\x12\x10\n\x08\x61gent_id\x18\x03 \x01(\t\x12%\n\x05state\x18\x04 \x01(\x0e\x32\x16.mesolite.v1.TaskState\x12\x0f\n\x07message\x18\x05 \x01(\t\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x11\n\ttimestamp\x18\x07 \x01(\x01\x12\x11\n\tupdate_id\x18\x08 \x01(\t\x12.\n\x06source\x18\t \x01(\x0e\x32\x1e.mesolite.v1.TaskStatus.Source\x12.\n\x06reason\x18\n \x01(\x0e\x32\x1e.mesolite.v1.TaskStatus.Reason\"E\n\x06Source\x12\x16\n\x12SOURCE_UNSPECIFIED\x10\x00\x12\x11\n\rSOURCE_MASTER\x10\x01\x12\x10\n\x0cSOURCE_AGENT\x10\x02\"\x89\x01\n\x06Reason\x12\x16\n\x12REASON_UNSPECIFIED\x10\x00\x12\x1f\n\x1bREASON_CONTAINER_LIMITATION\x10\x01\x12&\n\"REASON_CONTAINER_LIMITATION_MEMORY\x10\x02\x12\x1e\n\x1aREASON_CONTAINER_PREEMPTED\x10\x03\x42\x0c\n\n_exit_code*\xfb\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x10\n\x0cTASK_STAGING\x10\x01\x12\x11\n\rTASK_STARTING\x10\x02\x12\x10\n\x0cTASK_RUNNING\x10\x03\x12\x10\n\x0cTASK_KILLING\x10\x04\x12\x11\n\rTASK_FINISHED\x10\x05\x12\x0f\n\x0bTASK_FAILED\x10\x06\x12\x0f\n\x0bTASK_KILLED\x10\x07\x12\r\n\tTASK_LOST\x10\x08\x12\x0e\n\nTASK_ERROR\x10\t\x12\x10\n\x0cTASK_DROPPED\x10\n\x12\x14\n\x10TASK_UNREACHABLE\x10\x0b\x12\r\n\tTASK_GONE\x10\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,8 +35,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_RESOURCES_SCALARSENTRY']._serialized_options = b'8\001'
   _globals['_TASKINFO_ENVIRONMENTENTRY']._loaded_options = None
   _globals['_TASKINFO_ENVIRONMENTENTRY']._serialized_options = b'8\001'
-  _globals['_TASKSTATE']._serialized_start=870
-  _globals['_TASKSTATE']._serialized_end=1121
+  _globals['_TASKSTATE']._serialized_start=903
+  _globals['_TASKSTATE']._serialized_end=1154
   _globals['_RESOURCES']._serialized_start=41
   _globals['_RESOURCES']._serialized_end=154
   _globals['_RESOURCES_SCALARSENTRY']._serialized_start=108
@@ -46,9 +46,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKINFO_ENVIRONMENTENTRY']._serialized_start=339
   _globals['_TASKINFO_ENVIRONMENTENTRY']._serialized_end=389
   _globals['_TASKSTATUS']._serialized_start=392
-  _globals['_TASKSTATUS']._serialized_end=867
+  _globals['_TASKSTATUS']._serialized_end=900
   _globals['_TASKSTATUS_SOURCE']._serialized_start=677
   _globals['_TASKSTATUS_SOURCE']._serialized_end=746
-  _globals['_TASKSTATUS_REASON']._serialized_start=748
-  _globals['_TASKSTATUS_REASON']._serialized_end=853
+  _globals['_TASKSTATUS_REASON']._serialized_start=749
+  _globals['_TASKSTATUS_REASON']._serialized_end=886
 # @@protoc_insertion_point(module_scope)

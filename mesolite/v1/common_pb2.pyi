@@ -209,10 +209,13 @@ class TaskStatus(_message.Message):
         """a limit other than memory (e.g. pids)"""
         REASON_CONTAINER_LIMITATION_MEMORY: TaskStatus._Reason.ValueType  # 2
         """its memory limit: the kernel killed it"""
+        REASON_CONTAINER_PREEMPTED: TaskStatus._Reason.ValueType  # 3
+        """killed to give its resources to another role"""
 
     class Reason(_Reason, metaclass=_ReasonEnumTypeWrapper):
         """Why the task ended as it did, where a cause is known beyond its state
-        (Mesos' TaskStatus.Reason): a limit of its container killed it.
+        (Mesos' TaskStatus.Reason): a limit of its container killed it, or the master
+        preempted it.
         """
 
     REASON_UNSPECIFIED: TaskStatus.Reason.ValueType  # 0
@@ -220,6 +223,8 @@ class TaskStatus(_message.Message):
     """a limit other than memory (e.g. pids)"""
     REASON_CONTAINER_LIMITATION_MEMORY: TaskStatus.Reason.ValueType  # 2
     """its memory limit: the kernel killed it"""
+    REASON_CONTAINER_PREEMPTED: TaskStatus.Reason.ValueType  # 3
+    """killed to give its resources to another role"""
 
     TASK_ID_FIELD_NUMBER: _builtins.int
     FRAMEWORK_ID_FIELD_NUMBER: _builtins.int
