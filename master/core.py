@@ -348,6 +348,10 @@ class MasterCore(abc.ABC):
     def role_demands(self) -> dict[str, Resources]:
         """master/demand.py"""
 
+    @abc.abstractmethod
+    def _revocable(self, framework_id: str, offered: Resources) -> Resources:
+        """master/preemptions.py"""
+
 
 def with_agent(spec: TaskSpec, agent_id: str) -> TaskSpec:
     """The task as placed on `agent_id`."""

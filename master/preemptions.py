@@ -234,6 +234,25 @@ class PreemptionHandling(MasterCore):
         )
         return self.config.preemption_hold
 
+    def _revocable(self, framework_id: str, offered: Resources) -> Resources:
+        """The part of an offer, just granted, beyond its role's guarantee: what the role
+        would hold of each resource past its guarantee once this is used."""
+        tree = self.allocator.roles
+        role = tree.framework_role(framework_id)
+        guarantee = tree.role_guarantee(role)
+        if guarantee.is_empty():
+            return offered
+        before = tree.role_allocation(role) - offered  # the offer is already counted
+        return Resources(
+            {
+                n: offered.get_amount(n)
+                - max(
+                    0.0, min(offered.get_amount(n), guarantee.get_amount(n) - before.get_amount(n))
+                )
+                for n in offered
+            }
+        )
+
     def _as_preempted(self, status: TaskStatus) -> TaskStatus:
         """A preempted task's end, as its framework is told: killed, for preemption."""
         p = self.preempting.get((status.framework_id, status.task_id))

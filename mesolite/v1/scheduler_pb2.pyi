@@ -90,6 +90,7 @@ class Offer(_message.Message):
     HOSTNAME_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    REVOCABLE_FIELD_NUMBER: _builtins.int
     offer_id: _builtins.str
     framework_id: _builtins.str
     agent_id: _builtins.str
@@ -98,6 +99,12 @@ class Offer(_message.Message):
     def resources(self) -> _common_pb2.Resources: ...
     @_builtins.property
     def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def revocable(self) -> _common_pb2.Resources:
+        """The part of `resources` beyond what the framework's role is guaranteed: tasks on
+        it may be preempted (Event.Preemption). The rest is within the guarantee.
+        """
+
     def __init__(
         self,
         *,
@@ -107,10 +114,11 @@ class Offer(_message.Message):
         hostname: _builtins.str = ...,
         resources: _common_pb2.Resources | None = ...,
         attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        revocable: _common_pb2.Resources | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "revocable", b"revocable"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "attributes", b"attributes", "framework_id", b"framework_id", "hostname", b"hostname", "offer_id", b"offer_id", "resources", b"resources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "attributes", b"attributes", "framework_id", b"framework_id", "hostname", b"hostname", "offer_id", b"offer_id", "resources", b"resources", "revocable", b"revocable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
