@@ -688,8 +688,8 @@ BUGS = [
     Bug(
         "user: not kept in the registry",
         "master/registry.py",
-        "                entry.principal,\n                entry.user,",
-        '                entry.principal,\n                "",',
+        "                    entry.principal,\n                    entry.user,",
+        '                    entry.principal,\n                    "",',
         USER_TESTS,
     ),
     Bug(
@@ -790,8 +790,8 @@ OPERATOR_BUGS = [
     Bug(
         "/state holds only the newest 50 ended tasks",
         "master/http.py",
-        "SnapshotDocument(functools.partial(build_snapshot, master, ended_tasks=None))",
-        "SnapshotDocument(functools.partial(build_snapshot, master))",
+        "SnapshotDocument(functools.partial(snapshot, None))",
+        "SnapshotDocument(functools.partial(snapshot))",
         (
             "tests/test_history.py::test_get_state_holds_every_ended_task_kept_and_the_page_the_newest",
         ),

@@ -41,6 +41,7 @@ UNIT = {
     "test_master_core.py",
     "test_mesos_core.py",
     "test_policies.py",
+    "test_planted_bugs.py",
     "test_policy_properties.py",
     "test_preemption.py",
     "test_preemptions.py",
