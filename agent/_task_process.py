@@ -109,12 +109,14 @@ class TaskProcesses:
         kill_grace_period: float,
         isolator: Isolator,
         supervisor: SupervisorClient,
+        spawn: bool = True,
     ) -> None:
         self._report = report
         self._shell = shell
         self._grace = kill_grace_period
         self._isolator = isolator
         self._supervisor = supervisor
+        self._spawn = spawn
         self._exit_log = _ExitLogCache(supervisor.directory)
 
     async def run(self, t: TaskRun) -> TaskTransition:
@@ -314,7 +316,7 @@ class TaskProcesses:
             raise _SetUpFailed(why, sandbox_ready=True) from e
         # With a cgroup to join, the supervisor can start the command itself (its shim
         # joins the cgroup and switches user); else a wrapper (rlimits, a subreaper).
-        can_spawn = self._supervisor.can_spawn and container.cgroup is not None
+        can_spawn = self._spawn and self._supervisor.can_spawn and container.cgroup is not None
         t.launcher = "spawn" if can_spawn else "wrapper"
         # Before the wrapper exists: a restarted agent then knows the run never got
         # going (and which cgroup it had), rather than finding nothing. Written here,

@@ -108,7 +108,8 @@ class TaskRunner:
 
     `isolator` contains the tasks (`agent/isolation.py`); without one, tasks run
     unconfined as the runner's own user (process-tree kill, no limits), which
-    only tests and embedders want.
+    only tests and embedders want. `spawn` False: a wrapper per task even where the
+    supervisor could start the command itself (`agent/_task_process.py`).
     """
 
     def __init__(
@@ -119,6 +120,7 @@ class TaskRunner:
         kill_grace_period: float = DEFAULT_KILL_GRACE_PERIOD,
         shell: str = "/bin/sh",
         isolator: Isolator | None = None,
+        spawn: bool = True,
     ) -> None:
         self._work_dir = Path(work_dir).absolute()
         self._sandboxes = self._work_dir / SANDBOXES_DIR
@@ -134,6 +136,7 @@ class TaskRunner:
             kill_grace_period=kill_grace_period,
             isolator=self.isolator,
             supervisor=self._supervisor,
+            spawn=spawn,
         )
         self._tasks: dict[tuple[str, str], TaskRun] = {}
         self._used = EMPTY  # what the tasks in `_tasks` were given, kept as they come and go

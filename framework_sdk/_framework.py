@@ -409,6 +409,22 @@ class Framework:
         `on_subscribed` if need be.)"""
         return await self._send(Call(suppress=Call.Suppress()))
 
+    async def declare_demand(self, shapes: Sequence[tuple[Resources, int]]) -> str:
+        """Tell the master what this framework waits for: `count` tasks of each shape
+        (an empty list: nothing). It replaces any earlier declaration; send it again
+        as the need changes. The master then offers only agents where one of the
+        shapes fits (no offers to decline), and caps the role's fair share at what it
+        holds plus this. Without a declaration every offer comes, as in Mesos."""
+        call = Call(
+            demand=Call.Demand(
+                shapes=[
+                    Call.Demand.Shape(resources=convert.resources_to_proto(r), count=n)
+                    for r, n in shapes
+                ]
+            )
+        )
+        return await self._send(call)
+
     async def teardown(self) -> str:
         """End the framework for good: the master kills its tasks and forgets it, the id
         file (and `.shown`) are removed, and `run()` returns. The tasks' ends are not

@@ -12,8 +12,9 @@ One allocation cycle, as in Mesos' hierarchical allocator:
         walk the role tree in order (roles below their guarantee first, then
         lowest weighted share; see `role_tree`) down to the frameworks, and
         give the agent's free resources, cut to what the framework's roles'
-        limits still allow, to the first framework that wants offers and has
-        not filtered them.
+        limits still allow, to the first framework that wants offers, has
+        not filtered them and, if it declared a demand, has a task shape
+        that fits them (MESOS-6111: no offers made only to be declined).
 
 Offered resources count as allocated, so a framework's share rises as soon as
 it is offered something and the next agent goes to whoever is now lowest.
@@ -109,10 +110,13 @@ class _Framework:
     filtered_agents: set[str] = field(default_factory=set)
     connected: bool = True
     suppressed: bool = False
+    # The task shapes it declared it waits for (None: it declared nothing, and is
+    # offered anything); an offer must fit one of them. An empty tuple wants nothing.
+    demand: tuple[Resources, ...] | None = None
 
     @property
     def wants_offers(self) -> bool:
-        return self.connected and not self.suppressed
+        return self.connected and not self.suppressed and self.demand != ()
 
 
 def is_allocatable(free: Resources) -> bool:
@@ -231,6 +235,13 @@ class Allocator:
         self._clear_filters(framework)
         self._refresh(framework_id)
 
+    def set_demand(self, framework_id: str, shapes: Iterable[Resources] | None) -> None:
+        """Offer the framework only agents where one of `shapes` fits (None: anything,
+        as before it declared; no shapes: nothing, like `suppress`)."""
+        framework = self._frameworks[framework_id]
+        framework.demand = None if shapes is None else tuple(shapes)
+        self._refresh(framework_id)
+
     # Resources -------------------------------------------------------------
 
     def grant(self, framework_id: str, agent_id: str, resources: Resources) -> None:
@@ -334,9 +345,13 @@ class Allocator:
                 elif refused.resources.contains(free):
                     continue
             offered = clip(free, headroom)
-            if is_allocatable(offered):
+            if is_allocatable(offered) and self._fits_demand(framework_id, offered):
                 return framework_id, offered
         return None
+
+    def _fits_demand(self, framework_id: str, offered: Resources) -> bool:
+        demand = self._frameworks[framework_id].demand
+        return demand is None or any(offered.contains(shape) for shape in demand)
 
     def _grant(self, framework_id: str, agent: _Agent, resources: Resources) -> None:
         agent.allocated = agent.allocated + resources

@@ -344,6 +344,14 @@ class MasterCore(abc.ABC):
     def _as_preempted(self, status: TaskStatus) -> TaskStatus:
         """master/preemptions.py"""
 
+    @abc.abstractmethod
+    def role_demands(self) -> dict[str, Resources]:
+        """master/demand.py"""
+
+    @abc.abstractmethod
+    def _revocable(self, framework_id: str, offered: Resources) -> Resources:
+        """master/preemptions.py"""
+
 
 def with_agent(spec: TaskSpec, agent_id: str) -> TaskSpec:
     """The task as placed on `agent_id`."""

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 from mesolite.master import messages as msg
 from mesolite.master.agents import AgentHandling
 from mesolite.master.config import MasterConfig
+from mesolite.master.demand import DemandHandling
 from mesolite.master.errors import CallRejected, OperatorCallRefused, Refusal, RegistrationRefused
 from mesolite.master.frameworks import FrameworkHandling
 from mesolite.master.offers import OfferHandling
@@ -46,6 +47,7 @@ class Master(
     RoleHandling,
     OperatorHandling,
     PreemptionHandling,
+    DemandHandling,
 ):
     def _start(self) -> None:
         self._start_preemption()

@@ -54,6 +54,7 @@ class OfferHandling(MasterCore):
                 agent.hostname,
                 d.resources,
                 dict(agent.attributes),
+                self._revocable(d.framework_id, d.resources),
             )
             timer = None
             if self.config.offer_timeout > 0:

@@ -67,10 +67,6 @@ class PreemptionHandling(MasterCore):
             if p.timer is not None:
                 p.timer.cancel()
 
-    def role_demands(self) -> dict[str, Resources]:
-        """What each role declared it waits for, beyond what it holds (none yet)."""
-        return {}
-
     def role_states(self, track: bool = False) -> dict[str, RoleState]:
         """Every role a framework is in, as the planner sees it now. With `track`
         (the preemption check), starting and ending starvation is recorded too."""
@@ -79,17 +75,19 @@ class PreemptionHandling(MasterCore):
         tree = self.allocator.roles
         total = self.allocator.total
         active = tree.active_roles()
-        demands = {
-            path: tree.role_allocation(path) + extra for path, extra in self.role_demands().items()
-        }
-        fair = fair_levels(self._share_inputs(), total, active, demands)
-        now = self._clock()
         # What a role's tasks hold: outstanding offers do not count (a starved role is
         # offered what it cannot use, and declines it; it is no less starved).
         offered: dict[str, Resources] = {}
         for o in self.offers.values():
             role = tree.framework_role(o.offer.framework_id)
             offered[role] = offered.get(role, EMPTY) + o.offer.resources
+        demands = {
+            path: tree.role_allocation(path) - offered.get(path, EMPTY) + extra
+            for path, extra in self.role_demands().items()
+            if tree.has_role(path)
+        }
+        fair = fair_levels(self._share_inputs(), total, active, demands)
+        now = self._clock()
         states: dict[str, RoleState] = {}
         for path in {
             tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing
@@ -235,6 +233,25 @@ class PreemptionHandling(MasterCore):
             state=task.state.value,
         )
         return self.config.preemption_hold
+
+    def _revocable(self, framework_id: str, offered: Resources) -> Resources:
+        """The part of an offer, just granted, beyond its role's guarantee: what the role
+        would hold of each resource past its guarantee once this is used."""
+        tree = self.allocator.roles
+        role = tree.framework_role(framework_id)
+        guarantee = tree.role_guarantee(role)
+        if guarantee.is_empty():
+            return offered
+        before = tree.role_allocation(role) - offered  # the offer is already counted
+        return Resources(
+            {
+                n: offered.get_amount(n)
+                - max(
+                    0.0, min(offered.get_amount(n), guarantee.get_amount(n) - before.get_amount(n))
+                )
+                for n in offered
+            }
+        )
 
     def _as_preempted(self, status: TaskStatus) -> TaskStatus:
         """A preempted task's end, as its framework is told: killed, for preemption."""

@@ -314,6 +314,14 @@ class SchedulerService(scheduler_pb2_grpc.SchedulerServicer):
                 master.suppress(framework_id)
             elif kind == "teardown":
                 master.teardown(framework_id)
+            elif kind == "demand":
+                master.declare_demand(
+                    framework_id,
+                    [
+                        (convert.resources_from_proto(d.resources), d.count)
+                        for d in call.demand.shapes
+                    ],
+                )
             elif kind == "subscribe":
                 raise CallRejected("already subscribed on this stream")
             elif kind == "batch":

@@ -85,6 +85,8 @@ class FrameworkRecord:
     deferred_reconciliations: list[str] = field(default_factory=list)
     # Torn down, waiting for its tasks to end; unknown to everyone else.
     removing: bool = False
+    # What it declared it waits for: (task shape, count) pairs (None: nothing declared).
+    demand: tuple[tuple[Resources, int], ...] | None = None
     # When it was torn down (wall clock) and why; kept in the history after it is
     # removed (`MasterCore.completed_frameworks`).
     ended_at: float | None = None

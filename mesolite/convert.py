@@ -128,6 +128,7 @@ def offer_from_proto(msg: scheduler_pb2.Offer) -> Offer:
         hostname=msg.hostname,
         resources=resources_from_proto(msg.resources),
         attributes=dict(msg.attributes),
+        revocable=resources_from_proto(msg.revocable),
     )
 
 
@@ -139,6 +140,7 @@ def offer_to_proto(offer: Offer) -> scheduler_pb2.Offer:
         hostname=offer.hostname,
         resources=resources_to_proto(offer.resources),
         attributes=offer.attributes,
+        revocable=resources_to_proto(offer.revocable),
     )
 
 

@@ -166,6 +166,10 @@ class Offer:
     """What is offered: all of the agent's free resources the framework may have."""
     attributes: dict[str, str] = field(default_factory=dict)
     """The agent's attributes (`--attributes "rack:r1;zone:a"`), to place tasks by."""
+    revocable: Resources = field(default_factory=Resources)
+    """The part of `resources` beyond what the framework's role is guaranteed: tasks
+    launched on it may be preempted for a role below its guarantee or fair share
+    (`on_preemption`). The rest is within the guarantee."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -276,11 +276,11 @@ BUGS = [
     ),
     # Isolation (issue 12): each against the tests on this machine's cgroups.
     Bug(
-        "the command does not join its cgroup",
+        "the command does not join its cgroup (a wrapper's: where the supervisor cannot spawn)",
         "agent/isolation.py",
         'args += ["--cgroup", str(path)]',
         "pass",
-        ISOLATION_TESTS,
+        ISOLATION_TESTS + SPAWN_TESTS,
     ),
     Bug(
         "a cgroup kill finds no process in the cgroup",
@@ -325,11 +325,11 @@ BUGS = [
         ISOLATION_TESTS,
     ),
     Bug(
-        "tasks run as root",
+        "tasks run as root (a wrapper's: where the supervisor cannot spawn)",
         "agent/isolation.py",
         'args += ["--user", self.user.wrapper_arg()]',
         "pass",
-        ISOLATION_TESTS,
+        ISOLATION_TESTS + SPAWN_TESTS,
     ),
     Bug(
         "a restarted agent leaves cgroups no task owns",
@@ -348,8 +348,8 @@ BUGS = [
     Bug(
         "the reason is lost on the wire",
         "mesolite/convert.py",
-        "            msg.reason = common_pb2.TaskStatus.Reason.Value(status.reason)",
-        "            pass",
+        "        msg.reason = _REASONS[status.reason]  # type: ignore[assignment]",
+        "        pass",
         ISOLATION_TESTS,
     ),
     Bug(
@@ -382,8 +382,8 @@ BUGS = [
     Bug(
         "supervisor: its death leaves the agent not waiting for running tasks",
         "agent/_task_process.py",
-        "            await wait_for_exit(spawned.pid, spawned.start_time)",
-        "            pass",
+        "nobody's child now\n            await wait_for_exit(spawned.pid, spawned.start_time)",
+        "nobody's child now\n            pass",
         SUPERVISOR_TESTS,
     ),
     Bug(
@@ -407,6 +407,13 @@ BUGS = [
         "agent/_supervisor.py",
         "        if server_alive:\n            continue",
         "        if True:\n            continue",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: its supervisor's death leaves the agent not waiting for a command",
+        "agent/_task_process.py",
+        "to the log\n            await wait_for_exit(spawned.pid, spawned.start_time)",
+        "to the log\n            pass",
         SPAWN_TESTS,
     ),
     Bug(
@@ -681,8 +688,8 @@ BUGS = [
     Bug(
         "user: not kept in the registry",
         "master/registry.py",
-        "                entry.principal,\n                entry.user,",
-        '                entry.principal,\n                "",',
+        "                    entry.principal,\n                    entry.user,",
+        '                    entry.principal,\n                    "",',
         USER_TESTS,
     ),
     Bug(
@@ -783,8 +790,8 @@ OPERATOR_BUGS = [
     Bug(
         "/state holds only the newest 50 ended tasks",
         "master/http.py",
-        "SnapshotDocument(functools.partial(build_snapshot, master, ended_tasks=None))",
-        "SnapshotDocument(functools.partial(build_snapshot, master))",
+        "SnapshotDocument(functools.partial(snapshot, None))",
+        "SnapshotDocument(functools.partial(snapshot))",
         (
             "tests/test_history.py::test_get_state_holds_every_ended_task_kept_and_the_page_the_newest",
         ),
@@ -976,6 +983,13 @@ HA_BUGS = [
 SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
 SIM_BUGS = [
+    Bug(
+        "the allocator ignores declared demand",
+        "master/allocator.py",
+        "        return demand is None or any(offered.contains(shape) for shape in demand)",
+        "        return True",
+        ("tests/test_allocator.py", "tests/test_demand.py"),
+    ),
     Bug(
         "preemption without a grace period",
         "master/preemptions.py",

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import socket
 import struct
@@ -67,6 +68,27 @@ def go(work_dir: Path, task_id: str) -> None:
     (work_dir / "sandboxes" / FW / task_id / "go").touch()
 
 
+def checkpoint_pid(work_dir: Path, task_id: str) -> int:
+    record = json.loads((work_dir / "meta" / FW / task_id / "task.json").read_text())
+    pid = record["pid"]
+    assert isinstance(pid, int)
+    return pid
+
+
+def pidfds_held() -> set[int]:
+    """The processes this process holds a pidfd on (their fdinfo names them)."""
+    pids = set()
+    for info in Path("/proc/self/fdinfo").iterdir():
+        try:
+            text = info.read_text()
+        except OSError:
+            continue
+        for line in text.splitlines():
+            if line.startswith("Pid:"):
+                pids.add(int(line.split()[1]))
+    return pids
+
+
 def launcher(work_dir: Path, task_id: str) -> str:
     record = json.loads((work_dir / "meta" / FW / task_id / "task.json").read_text())
     return str(record["launcher"])
@@ -123,6 +145,29 @@ async def test_a_spawned_command_starts_with_no_signal_ignored_and_no_stray_fd(
 
 
 @needs_cgroups
+async def test_with_spawning_off_a_wrapper_confines_the_command_as_before(
+    work_dir: Path, recorder: Recorder, root: str
+) -> None:
+    # Where the supervisor cannot spawn (no setpriv), a wrapper starts a task with a
+    # cgroup: its command, not the wrapper, joins the cgroup and takes the task user.
+    isolator = Isolator(IsolationConfig(cgroups_root=root), work_dir, announce=False)
+    runner = TaskRunner(work_dir, recorder, isolator=isolator, spawn=False)
+    try:
+        runner.launch(FW, spec("w", "id -u; cat /proc/$$/cgroup"))
+        final = await recorder.wait_final("w")
+        assert final.state is TaskState.FINISHED, final
+        assert launcher(work_dir, "w") == "wrapper"
+        uid, *cgroups = (work_dir / "sandboxes" / FW / "w" / "stdout").read_text().split()
+        assert int(uid) == pwd.getpwnam(isolator.task_user_name).pw_uid != os.geteuid()
+        memory = [line for line in cgroups if "memory" in line.split(":")[1]]
+        # The task's own cgroup (named by its run), not the supervisor's.
+        assert memory and f"/{root}/" in memory[0] and final.run_id in memory[0], cgroups
+    finally:
+        await runner.shutdown()
+        runner.close()
+
+
+@needs_cgroups
 async def test_spawned_commands_outlive_a_killed_supervisor_with_their_real_statuses(
     work_dir: Path, recorder: Recorder, root: str
 ) -> None:
@@ -137,6 +182,9 @@ async def test_spawned_commands_outlive_a_killed_supervisor_with_their_real_stat
         assert supervisor is not None
         os.kill(supervisor, signal.SIGKILL)
         await wait_for_condition(lambda: not alive(supervisor), what="the supervisor to die")
+        # The agent waits for each command (a pidfd), not for its end in the log alone.
+        commands = {checkpoint_pid(work_dir, f"t{i}") for i in range(4)}
+        await wait_for_condition(lambda: commands <= pidfds_held(), what="a pidfd on each command")
         for i in range(4):
             go(work_dir, f"t{i}")
         # Its keeper reaped them and wrote their ends to the exit log.

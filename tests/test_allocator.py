@@ -397,3 +397,27 @@ def test_adding_an_agent_or_a_framework_twice_is_an_error() -> None:
     with pytest.raises(KeyError, match="framework A is already known to the allocator"):
         allocator.add_framework("A", "ops")
     assert allocator.roles.framework_role("A") == "eng"
+
+
+def test_a_framework_is_offered_only_agents_where_a_shape_it_declared_fits() -> None:
+    # MESOS-6111: "big" (share 0, first in order) waits for 4 CPUs; the agent has 2 free.
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("a1", Resources(cpus=2, mem=1024))
+    allocator.add_framework("big", "r1")
+    allocator.add_framework("small", "r2")
+    allocator.set_demand("big", [Resources(cpus=4), Resources(cpus=3, mem=512)])
+    [offer] = allocator.allocate()
+    assert offer.framework_id == "small"  # no offer to big only for it to decline
+    allocator.recover("small", "a1", offer.resources)
+    allocator.set_demand("big", [Resources(cpus=4), Resources(cpus=2, mem=1024)])
+    assert [d.framework_id for d in allocator.allocate()] == ["big"]  # one now fits exactly
+
+
+def test_an_empty_demand_wants_nothing_and_none_restores_every_offer() -> None:
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("a1", Resources(cpus=2, mem=1024))
+    allocator.add_framework("f", "r1")
+    allocator.set_demand("f", [])
+    assert allocator.allocate() == []
+    allocator.set_demand("f", None)
+    assert [d.framework_id for d in allocator.allocate()] == ["f"]

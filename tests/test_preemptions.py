@@ -126,3 +126,17 @@ fair_share_preemption_threshold = 1.0
     assert cycle(core, 29) == 0
     assert cycle(core, 1) == 4  # down to a's fair half, not below
     assert len(a.peer.take(msg.Preemption)) == 4
+
+
+def test_offers_mark_what_is_beyond_the_roles_guarantee_as_revocable(tmp_path: Path) -> None:
+    core = cluster(tmp_path)
+    core.add_agent("cpus:8;mem:4096")
+    gold = core.subscribe("gold", role="gold")
+    [offer] = core.allocate_for(gold)
+    # Guaranteed 6 CPUs and no memory: 2 CPUs and all the memory may be taken back.
+    assert offer.revocable == Resources(cpus=2, mem=4096)
+    core.master.decline(gold.framework_id, [offer.offer_id], refuse_seconds=0)
+    star = core.subscribe("first", role="*")
+    core.master.suppress(gold.framework_id)
+    [offer] = core.allocate_for(star)
+    assert offer.revocable == offer.resources  # no guarantee: all of it

@@ -90,8 +90,11 @@ async def test_default_failover_timeout_keeps_its_tasks_across_a_master_restart(
             "1",
             "--mem",
             "64",
+            # Long enough to outlast the restart and re-registration on a loaded
+            # machine (6 s did not at load 15: the tasks had ended, FINISHED, before
+            # the agent was back).
             "--duration",
-            "6",
+            "15",
             "--tasks",
             "8",
             stdout=asyncio.subprocess.PIPE,

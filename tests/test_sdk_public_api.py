@@ -79,6 +79,7 @@ def test_the_framework_api_is_pinned() -> None:
     public = sorted(n for n in vars(Framework) if not n.startswith("_"))
     assert public == [
         "connected",
+        "declare_demand",
         "decline",
         "kill",
         "launch",

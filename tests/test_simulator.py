@@ -189,3 +189,30 @@ def test_repeated_job_names_and_missing_tables_are_refused() -> None:
         parse_workload(job)
     with pytest.raises(SimWorkloadError, match="at least one"):
         parse_workload(ONE_AGENT)
+
+
+def test_declared_demand_ends_the_declining_churn() -> None:
+    # MESOS-6111 in small: frameworks that wait for a whole agent, behind a job of small
+    # tasks. With demand declared they are offered only what fits them.
+    jobs = (
+        '[[jobs]]\nname = "small"\n'
+        'tasks = [{ resources = "cpus:1;mem:512", count = 60, duration = 1.5 },'
+        ' { resources = "cpus:1;mem:512", count = 60, duration = 2.5 }]\n'
+    ) + "".join(
+        f'[[jobs]]\nname = "whole{i}"\narrival = 1.0\n'
+        'tasks = [{ resources = "cpus:4;mem:4096", count = 1, duration = 5 }]\n'
+        for i in range(10)
+    )
+    runs = {}
+    for demand in (False, True):
+        w = parse_workload(
+            workload(
+                jobs,
+                cluster='[cluster]\nagents = [{ count = 3, resources = "cpus:4;mem:4096" }]\n',
+                simulation=f"[simulation]\ndemand = {str(demand).lower()}\n",
+            )
+        )
+        runs[demand] = simulate(w, check_invariants=True)
+        assert all(j.finished is not None for j in runs[demand].jobs)
+    assert runs[False].declines > 30
+    assert runs[True].declines <= runs[False].declines / 10

@@ -135,6 +135,16 @@
     return el('span', { class: `badge ${kind}` }, text);
   }
 
+  // A task the master will preempt (master/preemptions.py): for whom, and when.
+  function preemptingBadge(t) {
+    const p = t.preempting;
+    if (!p) return null;
+    const when = p.kill_in > 0 ? ` in ${Math.ceil(p.kill_in)} s` : ', killing';
+    const b = badge(`preempted${when}`, 'state warn');
+    b.title = `for role ${p.for_role} (${p.kind.replace('_', '-')})`;
+    return b;
+  }
+
   function stateBadge(s) {
     const short = shortState(s);
     const kind = {
@@ -359,7 +369,7 @@
       el('td', {}, idLine(t.id, taskName(t))),
       el('td', {}, framework),
       el('td', {}, agentCell(host, t.agent_id)),
-      el('td', { class: 'task-state' }, stateBadge(t.state)),
+      el('td', { class: 'task-state' }, stateBadge(t.state), preemptingBadge(t)),
       el('td', { class: 'res' }, fmtRes(t.resources)),
       el('td', { class: 'res usage' }, taskUsage(t)),
       el('td', {}, logButtons(t))));

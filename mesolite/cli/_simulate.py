@@ -64,6 +64,13 @@ def _common(p: argparse.ArgumentParser, default_policies: list[str]) -> None:
     )
     p.add_argument("--no-figures", action="store_true", help="CSV files and the table only")
     p.add_argument(
+        "--demand",
+        choices=("file", "on", "off", "both"),
+        default="file",
+        help="whether jobs declare what they wait for (Call.Demand): as the workload says "
+        "(default), on, off, or both ways (labelled POLICY-demand)",
+    )
+    p.add_argument(
         "--preemption",
         choices=("file", "on", "off", "both"),
         default="file",
@@ -96,16 +103,21 @@ def run_simulate(args: argparse.Namespace) -> int:
             f"Facebook-like: {params.jobs} jobs on {params.agents} agents of "
             f"<{params.agent_resources}>, seed {params.seed}"
         )
-    variants = {
-        "file": [workload.settings.preemption],
-        "on": [True],
-        "off": [False],
-        "both": [True, False],
-    }[args.preemption]
+
+    def ways(choice: str, from_file: bool) -> list[bool]:
+        return {"file": [from_file], "on": [True], "off": [False], "both": [True, False]}[choice]
+
+    runs = [
+        (p, pre, dem)
+        for p in args.policy
+        for pre in ways(args.preemption, workload.settings.preemption)
+        for dem in ways(args.demand, workload.settings.demand)
+    ]
     results = []
-    for policy, preemption in [(p, v) for p in args.policy for v in variants]:
+    for policy, preemption, demand in runs:
         run_on = dataclasses.replace(
-            workload, settings=dataclasses.replace(workload.settings, preemption=preemption)
+            workload,
+            settings=dataclasses.replace(workload.settings, preemption=preemption, demand=demand),
         )
         try:
             result = simulate(
@@ -115,7 +127,9 @@ def run_simulate(args: argparse.Namespace) -> int:
             print(f"mesolite simulate: {e}", file=sys.stderr)
             return 2
         if args.preemption == "both" and not preemption:
-            result.policy = f"{policy}-no-preemption"
+            result.policy += "-no-preemption"
+        if args.demand == "both" and demand:
+            result.policy += "-demand"
         results.append(result)
         write_csvs(result, args.out)
         if result.invariant_violations:

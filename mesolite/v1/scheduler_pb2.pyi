@@ -90,6 +90,7 @@ class Offer(_message.Message):
     HOSTNAME_FIELD_NUMBER: _builtins.int
     RESOURCES_FIELD_NUMBER: _builtins.int
     ATTRIBUTES_FIELD_NUMBER: _builtins.int
+    REVOCABLE_FIELD_NUMBER: _builtins.int
     offer_id: _builtins.str
     framework_id: _builtins.str
     agent_id: _builtins.str
@@ -98,6 +99,12 @@ class Offer(_message.Message):
     def resources(self) -> _common_pb2.Resources: ...
     @_builtins.property
     def attributes(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
+    @_builtins.property
+    def revocable(self) -> _common_pb2.Resources:
+        """The part of `resources` beyond what the framework's role is guaranteed: tasks on
+        it may be preempted (Event.Preemption). The rest is within the guarantee.
+        """
+
     def __init__(
         self,
         *,
@@ -107,10 +114,11 @@ class Offer(_message.Message):
         hostname: _builtins.str = ...,
         resources: _common_pb2.Resources | None = ...,
         attributes: _abc.Mapping[_builtins.str, _builtins.str] | None = ...,
+        revocable: _common_pb2.Resources | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources", "revocable", b"revocable"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "attributes", b"attributes", "framework_id", b"framework_id", "hostname", b"hostname", "offer_id", b"offer_id", "resources", b"resources"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_id", b"agent_id", "attributes", b"attributes", "framework_id", b"framework_id", "hostname", b"hostname", "offer_id", b"offer_id", "resources", b"resources", "revocable", b"revocable"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -307,6 +315,52 @@ class Call(_message.Message):
         def WhichOneof(self, oneof_group: _Never) -> None: ...
 
     @_typing.final
+    class Demand(_message.Message):
+        """What the framework waits for: tasks of each shape, how many (replacing any
+        earlier declaration; none: it waits for nothing). The allocator offers it only
+        agents where one of these fits, and its role's fair share is capped by what it
+        holds plus this (master/demand.py). A framework that never declares keeps
+        Mesos' behaviour: every offer, whatever it needs.
+        """
+
+        DESCRIPTOR: _descriptor.Descriptor
+
+        @_typing.final
+        class Shape(_message.Message):
+            DESCRIPTOR: _descriptor.Descriptor
+
+            RESOURCES_FIELD_NUMBER: _builtins.int
+            COUNT_FIELD_NUMBER: _builtins.int
+            count: _builtins.int
+            @_builtins.property
+            def resources(self) -> _common_pb2.Resources: ...
+            def __init__(
+                self,
+                *,
+                resources: _common_pb2.Resources | None = ...,
+                count: _builtins.int = ...,
+            ) -> None: ...
+            _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
+            def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+            _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "resources", b"resources"]  # noqa: Y015
+            def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+            def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+        SHAPES_FIELD_NUMBER: _builtins.int
+        @_builtins.property
+        def shapes(self) -> _containers.RepeatedCompositeFieldContainer[Global___Call.Demand.Shape]: ...
+        def __init__(
+            self,
+            *,
+            shapes: _abc.Iterable[Global___Call.Demand.Shape] | None = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["shapes", b"shapes"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
     class Teardown(_message.Message):
         DESCRIPTOR: _descriptor.Descriptor
 
@@ -353,6 +407,7 @@ class Call(_message.Message):
     SUPPRESS_FIELD_NUMBER: _builtins.int
     TEARDOWN_FIELD_NUMBER: _builtins.int
     BATCH_FIELD_NUMBER: _builtins.int
+    DEMAND_FIELD_NUMBER: _builtins.int
     call_id: _builtins.str
     """Echoed in an ERROR event caused by this call."""
     @_builtins.property
@@ -375,6 +430,8 @@ class Call(_message.Message):
     def teardown(self) -> Global___Call.Teardown: ...
     @_builtins.property
     def batch(self) -> Global___Call.Batch: ...
+    @_builtins.property
+    def demand(self) -> Global___Call.Demand: ...
     def __init__(
         self,
         *,
@@ -389,12 +446,13 @@ class Call(_message.Message):
         suppress: Global___Call.Suppress | None = ...,
         teardown: Global___Call.Teardown | None = ...,
         batch: Global___Call.Batch | None = ...,
+        demand: Global___Call.Demand | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "decline", b"decline", "demand", b"demand", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "call_id", b"call_id", "decline", b"decline", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["accept", b"accept", "acknowledge", b"acknowledge", "batch", b"batch", "call", b"call", "call_id", b"call_id", "decline", b"decline", "demand", b"demand", "kill", b"kill", "reconcile", b"reconcile", "revive", b"revive", "subscribe", b"subscribe", "suppress", b"suppress", "teardown", b"teardown"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["subscribe", "accept", "decline", "kill", "acknowledge", "reconcile", "revive", "suppress", "teardown", "batch"]  # noqa: Y015
+    _WhichOneofReturnType_call: _TypeAlias = _typing.Literal["subscribe", "accept", "decline", "kill", "acknowledge", "reconcile", "revive", "suppress", "teardown", "batch", "demand"]  # noqa: Y015
     _WhichOneofArgType_call: _TypeAlias = _typing.Literal["call", b"call"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_call) -> _WhichOneofReturnType_call | None: ...
 

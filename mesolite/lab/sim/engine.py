@@ -345,6 +345,7 @@ class Simulation:
         info = FrameworkInfo(job.job.name, job.job.role)
         job.framework_id = self.master.subscribe(info, peer)
         self._by_framework[job.framework_id] = job
+        self._declare(job)
 
     def _framework_message(self, job: _Job, message: object) -> None:
         if isinstance(message, msg.Offers):
@@ -389,6 +390,7 @@ class Simulation:
             job.running[t.task_id] = t
             self._use(job, t.group.resources)
         self.result.launched += len(tasks)
+        self._declare(job)
         if not job.pending and not job.suppressed:
             job.suppressed = True
             self.master.suppress(job.framework_id)
@@ -409,6 +411,16 @@ class Simulation:
             if below_g or below_f:
                 self.result.given_back.append((now, role, agent_id, for_role))
 
+    def _declare(self, job: _Job) -> None:
+        """With `demand` on, tell the master what the job still waits for."""
+        if not self.workload.settings.demand or job.finished is not None:
+            return
+        counts: dict[Resources, int] = {}
+        for p in job.pending:
+            if p.count:
+                counts[p.request] = counts.get(p.request, 0) + p.count
+        self.master.declare_demand(job.framework_id, list(counts.items()))
+
     def _updated(self, job: _Job, status: TaskStatus) -> None:
         if status.update_id:
             self.master.acknowledge(
@@ -424,6 +436,7 @@ class Simulation:
             job.ended += 1
         else:  # killed or lost before its end: it runs again, from the start
             job.pending.appendleft(_Pending(task.group, task.request, 1, [task.task_id]))
+            self._declare(job)
             if job.suppressed:
                 job.suppressed = False
                 self.master.revive(job.framework_id)

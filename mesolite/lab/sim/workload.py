@@ -11,6 +11,7 @@
     roles_file = "roles.toml"   # the master's roles file, relative to this file
     preemption = true           # the master's preemption (master/preemptions.py)
     preemption_grace = 5.0
+    demand = false              # jobs declare their pending tasks (Call.Demand)
 
     [[jobs]]
     name = "j1"
@@ -56,6 +57,7 @@ _SIM_KEYS = (
     "roles_file",
     "preemption",
     "preemption_grace",
+    "demand",
 )
 _JOB_KEYS = ("name", "arrival", "role", "tasks")
 _GROUP_KEYS = ("resources", "count", "duration")
@@ -101,6 +103,7 @@ class SimulationSettings:
     roles_file: Path | None = None
     preemption: bool = True  # the master's default (master/preemptions.py)
     preemption_grace: float = 5.0
+    demand: bool = False  # jobs declare what they wait for (master/demand.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +156,7 @@ def dump_workload(workload: SimWorkload) -> str:
         lines.append(f'roles_file = "{s.roles_file}"')
     lines.append(f"preemption = {'true' if s.preemption else 'false'}")
     lines.append(f"preemption_grace = {s.preemption_grace!r}")
+    lines.append(f"demand = {'true' if s.demand else 'false'}")
     for job in workload.jobs:
         groups = ", ".join(
             f'{{ resources = "{_res(g.resources)}", count = {g.count}, '
@@ -277,6 +281,7 @@ class _Parser:
             preemption_grace=self.seconds(
                 at, "preemption_grace", table.get("preemption_grace", d.preemption_grace), 0.0
             ),
+            demand=self.flag(at, "demand", table.get("demand", d.demand)),
         )
 
     def flag(self, at: tuple[str, ...], key: str, value: object) -> bool:
