@@ -15,7 +15,7 @@ import pytest
 from tests.chaos import AGENTS, Chaos, run_chaos
 from tests.waiting import wait_for_condition
 
-SEEDS = int(os.environ.get("MESOLITE_FAULT_SEEDS", "3"))
+SEEDS = int(os.environ.get("MESOLITE_FAULT_SEEDS", "2"))
 
 
 @pytest.mark.timeout(240)

@@ -50,7 +50,7 @@ from tests.support.servicer_streams import ServicerStreams
 pytestmark = [pytest.mark.unit, pytest.mark.slow, fuzz_timeout(300)]
 
 # About 6,000 inputs: 20 s of CPU, 25 to 50 s on a loaded 2-core machine.
-CI_EXAMPLES = 1000
+CI_EXAMPLES = 500
 
 
 class InProcessSession(FuzzSession):

@@ -94,7 +94,7 @@ async def test_default_failover_timeout_keeps_its_tasks_across_a_master_restart(
             # machine (6 s did not at load 15: the tasks had ended, FINISHED, before
             # the agent was back).
             "--duration",
-            "15",
+            "10",
             "--tasks",
             "8",
             stdout=asyncio.subprocess.PIPE,
