@@ -49,7 +49,7 @@ from tests.support.servicer_streams import ServicerStreams
 # In-process, but tens of seconds: `make test-fast` leaves it out (tests/conftest.py).
 pytestmark = [pytest.mark.unit, pytest.mark.slow, fuzz_timeout(300)]
 
-# About 6,000 inputs: 20 s of CPU, 25 to 50 s on a loaded 2-core machine.
+# About 3,000 inputs: 22 s on a quiet 2-core machine (halved to keep CI within 15 minutes).
 CI_EXAMPLES = 500
 
 
