@@ -144,27 +144,17 @@ class SupervisorClient:
         the caller's to close). Raises
         `SupervisorGone` (the wrapper may or may not exist: see `agent/_task_process.py`),
         `LaunchRefused`, or AgentError if no supervisor can be started."""
-        await self.connect()
-        connection = self._connection
-        if connection is None:
-            raise SupervisorGone("the supervisor went away as it was reached")
-        self._next_id += 1
-        request_id = self._next_id
-        frame = _supervisor.encode(
+        return await self._request(
             {
                 "op": "launch",
-                "id": request_id,
                 "records": str(records),
                 "options": options,
                 "argv": argv,
                 "env": dict(env),
                 "cwd": str(cwd),
-            }
+            },
+            fds,
         )
-        spawned: asyncio.Future[Spawned] = asyncio.get_running_loop().create_future()
-        connection.launches[request_id] = spawned
-        self._send(connection, frame, fds)
-        return await spawned
 
     async def spawn(
         self,
@@ -180,16 +170,9 @@ class SupervisorClient:
     ) -> Spawned:
         """Have the supervisor start a task's command itself, in its cgroups (at least
         one), as `user` (uid, gid, groups; None: the supervisor's). Raises as `launch`."""
-        await self.connect()
-        connection = self._connection
-        if connection is None:
-            raise SupervisorGone("the supervisor went away as it was reached")
-        self._next_id += 1
-        request_id = self._next_id
-        frame = _supervisor.encode(
+        return await self._request(
             {
                 "op": "spawn",
-                "id": request_id,
                 "run": run,
                 "records": str(records),
                 "cgroups": [str(c) for c in cgroups],
@@ -197,8 +180,20 @@ class SupervisorClient:
                 "argv": argv,
                 "env": dict(env),
                 "cwd": str(cwd),
-            }
+            },
+            fds,
         )
+
+    async def _request(self, request: dict[str, Any], fds: tuple[int, int]) -> Spawned:
+        """Send one launch or spawn request with its descriptors; the supervisor's
+        answer (matched by the id given here) resolves it."""
+        await self.connect()
+        connection = self._connection
+        if connection is None:
+            raise SupervisorGone("the supervisor went away as it was reached")
+        self._next_id += 1
+        request_id = self._next_id
+        frame = _supervisor.encode({**request, "id": request_id})
         spawned: asyncio.Future[Spawned] = asyncio.get_running_loop().create_future()
         connection.launches[request_id] = spawned
         self._send(connection, frame, fds)

@@ -221,23 +221,27 @@ class TaskProcesses:
             return await self._adopt(t, spawned, e)
         # Only now may a kill signal the group: before its handlers are in place,
         # a SIGTERM would end the wrapper before it could record anything.
-        t.pid, t.start_time = spawned.pid, spawned.start_time
-        if command is not None:
-            t.started = time.time()
-            t.state = t.live_state = TaskState.RUNNING
-            await write_checkpoint(t, durable=False)  # its pid: no use after a crash
-            log.debug(
-                "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid
-            )
-            self._report(t.transition(TaskState.RUNNING))
-            if t.kill_requested:
-                self._start_escalation(t)
+        await self._running(t, spawned, command is not None)
         status = await spawned.exited
         if status is None:  # the supervisor went away: the wrapper is nobody's child now
             await wait_for_exit(spawned.pid, spawned.start_time)
         t.exited.set()
         returncode = os.waitstatus_to_exitcode(status) if isinstance(status, int) else None
         return await self._outcome(t, returncode, ended_while_down=False)
+
+    async def _running(self, t: TaskRun, spawned: Spawned, started: bool) -> None:
+        """The run's process is known (`spawned`); if its command `started`, the task
+        is RUNNING: checkpointed, reported, and a kill asked for meanwhile begun."""
+        t.pid, t.start_time = spawned.pid, spawned.start_time
+        if not started:
+            return
+        t.started = time.time()
+        t.state = t.live_state = TaskState.RUNNING
+        await write_checkpoint(t, durable=False)  # its pid: no use after a crash
+        log.debug("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
+        self._report(t.transition(TaskState.RUNNING))
+        if t.kill_requested:
+            self._start_escalation(t)
 
     async def _follow_spawned(self, t: TaskRun, spawned: Spawned) -> TaskTransition:
         """A command the supervisor started itself (in its own session): RUNNING once
@@ -248,17 +252,7 @@ class TaskProcesses:
             command = await spawned.ready
         except SupervisorGone as e:
             return await self._adopt(t, spawned, e)
-        t.pid, t.start_time = spawned.pid, spawned.start_time
-        if command is not None:
-            t.started = time.time()
-            t.state = t.live_state = TaskState.RUNNING
-            await write_checkpoint(t, durable=False)  # its pid: no use after a crash
-            log.debug(
-                "task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid
-            )
-            self._report(t.transition(TaskState.RUNNING))
-            if t.kill_requested:
-                self._start_escalation(t)
+        await self._running(t, spawned, command is not None)
         status = await spawned.exited
         record: dict[str, Any] | None
         if isinstance(status, str):
