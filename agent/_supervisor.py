@@ -287,7 +287,7 @@ class Spawn:
 
     def shim_argv(self) -> list[str]:
         """What the supervisor executes: the shim, its arguments, then the command."""
-        argv = [SHELL, "-c", SHIM, "mesolite-task", "--"]
+        argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]
         if self.user is not None:
             uid, gid, groups = self.user
             keep = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
