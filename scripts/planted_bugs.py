@@ -982,6 +982,9 @@ HA_BUGS = [
 # each policy's frameworks would ask for.
 SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
+UI_PREEMPTION_TESTS = (
+    "tests/test_ui_browser.py::test_a_task_being_preempted_shows_its_badge_until_it_is_killed",
+)
 SIM_BUGS = [
     Bug(
         "the allocator ignores declared demand",
@@ -1019,6 +1022,20 @@ SIM_BUGS = [
         ("tests/test_preemptions.py",),
     ),
     Bug(
+        "fair levels: a CPU-only role is given a share of memory",
+        "master/fair_levels.py",
+        "        elif path in confine:",
+        "        elif False:",
+        ("tests/test_preemption.py", "tests/test_preemptions.py"),
+    ),
+    Bug(
+        "fair levels: preemption measures roles without what their tasks hold",
+        "master/preemptions.py",
+        "fair = fair_levels(self._share_inputs(), total, active, demands, held)",
+        "fair = fair_levels(self._share_inputs(), total, active, demands)",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
         "preempt creating a new deficit (victim pushed below its threshold of its fair share)",
         "master/preemption.py",
         "            if below_guarantee(after, v.guarantee) or below_fair_share(\n"
@@ -1039,6 +1056,20 @@ SIM_BUGS = [
         "            if kind is Kind.FAIR_SHARE and share(victim, after) < share(",
         "            if False and share(victim, after) < share(",
         PREEMPTION_TESTS,
+    ),
+    Bug(
+        "ui: a task being preempted shows no badge",
+        "master/ui/app.js",
+        "    if (!p) return null;\n    const when",
+        "    if (p || !p) return null;\n    const when",
+        UI_PREEMPTION_TESTS,
+    ),
+    Bug(
+        "ui: the preempting badge does not say for whom",
+        "master/ui/app.js",
+        "    b.title = `for role ${p.for_role} (${p.kind.replace('_', '-')})`;",
+        "    b.title = `(${p.kind.replace('_', '-')})`;",
+        UI_PREEMPTION_TESTS,
     ),
     Bug(
         "sim: a task ends as it starts",
