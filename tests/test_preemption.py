@@ -441,3 +441,16 @@ def test_a_cap_by_demand_or_by_what_is_held_keeps_the_roles_limit_and_weights() 
     ):
         cpus = {path: share.get_amount("cpus") for path, share in capped.items()}
         assert cpus == {"a": 1, "b": 5.25, "c": 1.75}
+
+
+def test_min_share_preemption_goes_on_while_any_guaranteed_resource_is_short() -> None:
+    # Gold's guarantee is 1 CPU and 4 GB. A 4-CPU task gives it a dominant share equal to
+    # its fair share's, but no memory: the memory tasks behind are taken too.
+    big = Candidate("fw-v", "v-big", "v", "a0", Resources(cpus=4), 99.0)
+    mem = shaped("v", 4, Resources(mem=1024))
+    roles = {
+        "v": RoleState(held([big, *mem]), EMPTY),
+        "gold": short_of_guarantee(EMPTY, Resources(cpus=4, mem=4096), Resources(cpus=1, mem=4096)),
+    }
+    victims = plan(roles, [*mem, big], EMPTY, TOTAL, DRF)
+    assert ids(victims) == ["v-big", "v-3", "v-2", "v-1", "v-0"]

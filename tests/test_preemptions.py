@@ -404,6 +404,8 @@ def test_shutting_down_cancels_the_grace_periods(tmp_path: Path) -> None:
     core = cluster(tmp_path)
     _, agent, _, _ = gold_arrives(core)
     cycle(core, 15)
+    assert core.timers.pending() > 0
     core.master.shutdown()
+    assert core.timers.pending() == 0  # every grace timer cancelled, none left to fire
     core.advance(10.0)
     assert agent.peer.of(msg.KillTask) == []
