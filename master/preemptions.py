@@ -10,8 +10,8 @@ inverse offers and kill grace periods do:
    agent, the grace period and the role it is for) and may end the task itself;
 2. after `preemption_grace` seconds the agent is told to kill it. Its end reaches
    the framework as TASK_KILLED with reason REASON_CONTAINER_PREEMPTED, and its
-   resources are kept from its framework on that agent for `preemption_hold`
-   seconds, so they go to the starved role and not back.
+   framework is offered nothing on that agent for `preemption_hold` seconds
+   (`Allocator.hold`), so what was freed goes to the starved role and not back.
 
 **Guarantees are honoured by default.** A role with a guarantee preempts for it
 after `min_share_timeout` (default 15 s, `DEFAULT_MIN_SHARE_TIMEOUT`) below it;

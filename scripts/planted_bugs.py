@@ -1080,6 +1080,20 @@ SIM_BUGS = [
         ("tests/test_preemptions.py",),
     ),
     Bug(
+        "preemption: no hold (the freed resources go straight back to the victim's framework)",
+        "master/preemptions.py",
+        "        return self.config.preemption_hold",
+        "        return 0.0",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "preemption: the hold filters only what is free then (any larger offer passes it)",
+        "master/allocator.py",
+        "            self._add_filter(framework_id, agent, agent.total, seconds)",
+        "            self._add_filter(framework_id, agent, agent.free, seconds)",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
         "preemption plans again for what it already took",
         "master/preemptions.py",
         "        for (framework_id, task_id), p in self.preempting.items():",

@@ -140,3 +140,38 @@ def test_offers_mark_what_is_beyond_the_roles_guarantee_as_revocable(tmp_path: P
     core.master.suppress(gold.framework_id)
     [offer] = core.allocate_for(star)
     assert offer.revocable == offer.resources  # no guarantee: all of it
+
+
+def offered_cpus(fw: FrameworkPeer) -> float:
+    return sum(o.resources.get_amount("cpus") for b in fw.peer.take(msg.Offers) for o in b.offers)
+
+
+def test_the_freed_resources_are_held_from_the_victims_framework_for_the_hold(
+    tmp_path: Path,
+) -> None:
+    # The hold is what keeps preemption from being undone: if the starved role does not
+    # take what was freed at once (here it declines and stops asking), the framework the
+    # tasks were taken from must not be offered them back before `preemption_hold` is over.
+    core = cluster(tmp_path, preemption_hold=30.0)
+    agent = core.add_agent("cpus:8;mem:4096")
+    star = core.subscribe("first", role="*")
+    fill(core, star, agent, 8)  # 8 CPUs and 512 MB of 4 GB: the agent keeps free memory
+    gold = core.subscribe("gold", role="gold")
+    core.master.check_preemption()
+    assert cycle(core, 15) == 6
+    core.advance(5.0)  # the grace period
+    for kill in agent.peer.take(msg.KillTask):
+        core.update(agent, star, kill.task_id, TaskState.KILLED)
+    core.updates(star)
+    offers = core.allocate_for(gold)
+    assert sum(o.resources.get_amount("cpus") for o in offers) == 6
+    core.master.decline(gold.framework_id, [o.offer_id for o in offers], refuse_seconds=0)
+    core.master.suppress(gold.framework_id)
+    star.peer.take(msg.Offers)
+    # Held: not one of the six CPUs goes back to `first` while the hold lasts...
+    cycle(core, 29)
+    assert offered_cpus(star) == 0
+    # ... and then they do: the hold ends.
+    cycle(core, 2)
+    assert offered_cpus(star) == 6
+    core.assert_sound()
