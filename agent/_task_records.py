@@ -182,32 +182,45 @@ def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], I
     neither, and another user's sandbox it can neither list nor read. The agent
     writes into a directory its task owns, so it never follows what the task may
     have left there: stdout and stderr are unlinked and created anew, never opened
-    through a link.
+    through a link. A sandbox made now has nothing to unlink: its files are made
+    before its owner gets it.
     """
     for directory in (sandbox.parent.parent, sandbox.parent):
         directory.mkdir(mode=SANDBOX_PARENT_MODE, parents=True, exist_ok=True)
         os.chmod(directory, SANDBOX_PARENT_MODE)  # also when an older agent made it 0755
-    sandbox.mkdir(mode=SANDBOX_MODE, exist_ok=True)
-    # Its owner may loosen it; the agent sets it again at each launch.
-    os.chmod(sandbox, SANDBOX_MODE)
-    if owner is not None:
-        os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
+    try:
+        sandbox.mkdir(mode=SANDBOX_MODE)
+        fresh = True
+    except FileExistsError:
+        fresh = False
+    if not fresh:
+        _give(sandbox, owner)
     files: list[IO[bytes]] = []
     try:
         for name in ("stdout", "stderr"):
             path = sandbox / name
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            if not fresh:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(path, flags, 0o644)
             if owner is not None:
                 os.fchown(fd, owner.uid, owner.gid)
             files.append(os.fdopen(fd, "wb"))
+        if fresh:
+            _give(sandbox, owner)
     except OSError:
         for f in files:
             f.close()
         raise
     return files[0], files[1]
+
+
+def _give(sandbox: Path, owner: TaskUser | None) -> None:
+    # Its owner may loosen it; the agent sets it again at each launch.
+    os.chmod(sandbox, SANDBOX_MODE)
+    if owner is not None:
+        os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
 
 
 def checkpoint_record(
