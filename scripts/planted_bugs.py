@@ -590,6 +590,88 @@ BUGS = [
         "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644",
         TLS_TESTS,
     ),
+    # The agent's task log (issue 15, the agent's CPU per task): each a way to lose or
+    # misread a checkpoint, or a figure of the container.
+    Bug(
+        "task log: a durable checkpoint is not fsynced",
+        "agent/_task_log.py",
+        "        if durable:\n            os.fsync(fd)",
+        "        if False:\n            os.fsync(fd)",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: a task's first line is taken for its checkpoint",
+        "agent/_task_log.py",
+        '        latest[key] = line + b"\\n"',
+        '        latest.setdefault(key, line + b"\\n")',
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: the next line is glued to a torn one",
+        "agent/_task_log.py",
+        "        if damaged:\n            log.warning(",
+        "        if False:\n            log.warning(",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: compaction keeps the tasks no longer needed, not the live ones",
+        "agent/_task_log.py",
+        "for key, line in self._latest.items() if key in keep}",
+        "for key, line in self._latest.items() if key not in keep}",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: compaction while a recovery has not said what it keeps",
+        "agent/_task_log.py",
+        "        if not self.may_compact:\n            return list(",
+        "        if False:\n            return list(",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: the STARTING checkpoint is not fsynced before the command is spawned",
+        "agent/_task_process.py",
+        "        await self._checkpoints.checkpoint(t)\n"
+        "        try:\n            if t.kill_requested:",
+        "        await self._checkpoints.checkpoint(t, durable=False)\n"
+        "        try:\n            if t.kill_requested:",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "task log: an older agent's checkpoints are not moved into it",
+        "agent/tasks.py",
+        "            moved.append((records, self._checkpoints.write(logged[key], durable=True)))",
+        "            pass",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "task log: an older agent's checkpoints are left behind once moved",
+        "agent/tasks.py",
+        "        (directory / CHECKPOINT_FILE).unlink(missing_ok=True)",
+        "        pass",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "a sandbox's age counts from its launch, not its task's end",
+        "agent/_task_process.py",
+        "            os.utime(t.sandbox, follow_symlinks=False)",
+        "            pass",
+        ("tests/test_agent_tasks.py",),
+    ),
+    Bug(
+        "a run's end reads no OOM kill from its cgroup (v1)",
+        "agent/_cgroups.py",
+        '            oom = _keyed(memory / "memory.oom_control").get("oom_kill", 0) '
+        "if memory else 0",
+        "            oom = 0",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the agent's task log is readable by tasks",
+        "agent/_task_log.py",
+        "PRIVATE_MODE = 0o600",
+        "PRIVATE_MODE = 0o644",
+        ISOLATION_TESTS,
+    ),
     # A user per framework (issue 12's follow-up): each a way for one framework's tasks
     # to reach another's, or for a framework to run as a user nobody allowed.
     Bug(
