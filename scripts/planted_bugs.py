@@ -1097,6 +1097,13 @@ SIM_BUGS = [
         ("tests/test_preemptions.py",),
     ),
     Bug(
+        "preemption: a guarantee taken back beyond the role's declared demand",
+        "master/preemptions.py",
+        "                _within(guarantee, demands.get(path)),",
+        "                guarantee,",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
         "preemption plans again for what it already took",
         "master/preemptions.py",
         "        for (framework_id, task_id), p in self.preempting.items():",
