@@ -285,8 +285,8 @@ BUGS = [
     Bug(
         "a cgroup kill finds no process in the cgroup",
         "agent/_task_wrapper.py",
-        "        pids = cgroup_pids(cgroups)\n        if not pids:\n            return True",
-        "        pids: set[int] = set()\n        if not pids:\n            return True",
+        "        present = cgroup_pids(cgroups)\n",
+        "        present: set[int] = set()\n",
         ISOLATION_TESTS,
     ),
     Bug(
@@ -334,8 +334,10 @@ BUGS = [
     Bug(
         "a restarted agent leaves cgroups no task owns",
         "agent/tasks.py",
-        "orphans = await asyncio.to_thread(self.isolator.remove_orphans, live)",
-        "orphans = 0",
+        "        orphans = await asyncio.to_thread(\n"
+        "            self.isolator.remove_orphans, live, self._supervisor.own_pids\n"
+        "        )",
+        "        orphans = 0",
         ISOLATION_TESTS,
     ),
     Bug(
@@ -445,17 +447,10 @@ BUGS = [
         SPAWN_TESTS,
     ),
     Bug(
-        "spawn: the shim says the command is ready before it is in its cgroup",
-        "agent/_supervisor.py",
-        """    'while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '""",
-        """    'echo "$$" >&3; while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '""",
-        SPAWN_TESTS,
-    ),
-    Bug(
         "spawn: a spawned command inherits the signals Python ignores",
-        "agent/_supervisor.py",
-        "                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),",
-        "                setsigdef=(),",
+        "agent/_spawn.py",
+        "            True,  # restore_signals: SIGPIPE and SIGXFSZ, which Python ignores",
+        "            False,  # restore_signals: SIGPIPE and SIGXFSZ, which Python ignores",
         SPAWN_TESTS,
     ),
     Bug(
@@ -467,17 +462,82 @@ BUGS = [
     ),
     Bug(
         "spawn: a spawned command is not put into its cgroup",
-        "agent/_supervisor.py",
-        'argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]',
-        'argv = [SHELL, "-c", SHIM, "mesolite-task", "--"]',
+        "agent/_spawn.py",
+        "                _join(step.directory)\n                joined.append(step)",
+        "                joined.append(step)",
         ISOLATION_TESTS,
     ),
     Bug(
         "spawn: a spawned command keeps the supervisor's user",
-        "agent/_supervisor.py",
-        "        if self.user is not None:\n            uid, gid, groups = self.user",
-        "        if False:\n            uid, gid, groups = self.user",
+        "agent/_spawn.py",
+        "    uid, gid, groups = command.user if command.user is not None else (None, None, None)",
+        "    uid, gid, groups = (None, None, None)",
         ISOLATION_TESTS,
+    ),
+    # The supervisor steps into a task's cgroups for the instant of a spawn (issue 15):
+    # each a way for it to stay there, be killed or frozen there, or squeeze the task.
+    Bug(
+        "spawn: the supervisor stays in the task's cgroups",
+        "agent/_spawn.py",
+        "                os.write(step.home.procs, _SELF)",
+        "                pass",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: the agent's kill after the grace period does not spare the supervisor",
+        "agent/_task_process.py",
+        "await off_loop(t.container.kill, pid, self._supervisor.own_pids)",
+        "await off_loop(t.container.kill, pid)",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: a cgroup kill signals the pids it was told to spare",
+        "agent/_task_wrapper.py",
+        "        pids = present.difference(spare)",
+        "        pids = present",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: a cgroup kill freezes (or cgroup.kill's) a cgroup the supervisor is in",
+        "agent/_task_wrapper.py",
+        "        if len(pids) < len(present):\n            freeze = contextlib.nullcontext",
+        "        if False:\n            freeze = contextlib.nullcontext",
+        ("tests/test_isolation.py",),
+    ),
+    Bug(
+        "spawn: the pids limit is not raised while the supervisor is in the cgroup",
+        "agent/_spawn.py",
+        "            limit = _raise_pids_limit(last.directory) if",
+        "            limit = None if",
+        ("tests/test_isolation.py",),
+    ),
+    Bug(
+        "spawn: the pids limit is left raised",
+        "agent/_spawn.py",
+        "        (directory / _PIDS_MAX).write_text(str(limit))",
+        "        (directory / _PIDS_MAX).write_text(str(limit + 1))",
+        ("tests/test_isolation.py",),
+    ),
+    Bug(
+        "spawn: a cgroup that cannot be joined does not stop the command",
+        "agent/_spawn.py",
+        "            os.close(fd)\n    except OSError as e:\n        raise SpawnError(",
+        "            os.close(fd)\n    except OSError as e:\n        pass  # SpawnError(",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: a supervisor that cannot return to its cgroup goes on serving",
+        "agent/_spawn.py",
+        "        if stuck:\n            raise Stranded(_stranded(stuck), pid)",
+        "        if False:\n            raise Stranded(_stranded(stuck), pid)",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: an exec that failed is not reported",
+        "agent/_spawn.py",
+        "    if report:\n        os.waitpid(pid, 0)",
+        "    if False:\n        os.waitpid(pid, 0)",
+        SPAWN_TESTS,
     ),
     # Batches on the agent's stream (issue 15): asked for, read, and sent only once told.
     Bug(
