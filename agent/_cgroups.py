@@ -38,7 +38,7 @@ import contextlib
 import hashlib
 import os
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,10 +143,9 @@ class Cgroup:
     def pids(self) -> set[int]:
         return cgroup_pids(self.paths)
 
-    def kill(self, spare: Collection[int] = ()) -> bool:
-        """SIGKILL everything in it but `spare` until that is gone; False if it would
-        not go (`kill_cgroup`)."""
-        return kill_cgroup(self.paths, spare=spare)
+    def kill(self) -> bool:
+        """SIGKILL everything in it until it is empty; False if it would not empty."""
+        return kill_cgroup(self.paths)
 
     def remove(self) -> None:
         """Remove its directories; it must be empty (`kill` first). Gone already is fine."""

@@ -1,329 +1,144 @@
-"""Start a task's command in its cgroups from birth, as its user: what the supervisor
-(`agent/_supervisor.py`) does for each spawned task, with no program between it and
-the command.
+"""Start a task's command in its cgroups, as its user, with no program between the
+supervisor (`agent/_supervisor.py`) and the command.
 
-The supervisor, a single thread, **steps into the task's cgroups** (``0`` written to
-``cgroup.procs`` in each of the task's directories: one in v2, one per hierarchy in
-v1), **forks** the child that executes the command (`_posixsubprocess.fork_exec`, what
-`subprocess` uses: between fork and exec, in C, the child takes its descriptors, its
-sandbox as working directory, the signals Python ignores back at their defaults, a new
-session, then the task's groups, gid and uid), **steps back** into its own cgroup in
-each hierarchy (`Confiner`'s, given at start: ``--cgroup``) as soon as the fork
-returns, and then waits until the child has executed the command or said on a pipe
-why it could not. The child is in the task's cgroups from its fork, so the command
-never runs outside them, and nothing runs between the supervisor and the command.
-With a user to switch to, CPython 3.11 forks here (vfork only without one, and then
-the fork returns once the child has executed).
+The supervisor **forks**; between fork and exec the child, still the supervisor's
+code, **joins each of the task's cgroups** (``0`` written to ``cgroup.procs``: one
+directory in v2, one per hierarchy in v1), leads a new session, takes the task's
+stdout and stderr (and ``/dev/null`` as stdin), enters the sandbox, puts the signals
+Python ignores (SIGPIPE, SIGXFSZ) back at their defaults, **becomes the task's user**
+(groups, then gid, then uid) and executes the command. A step that fails stops the
+command from starting: the child writes why on its report pipe (close-on-exec, so the
+pipe's end of file without a word means the command is executing) and exits 127. So
+the command never runs outside its cgroups or as root, and the supervisor itself never
+steps into a task's cgroup: a kill of the cgroup, its limits and its removal concern
+the task's processes only.
 
-What the supervisor's instant in a task's cgroups (its joins, the fork, its leaves:
-a fraction of a millisecond, usually over before the child executes the command)
-could do, and how each is handled:
-
-* **a kill of the cgroup**: the agent never kills or removes a run's cgroup while its
-  spawn is unanswered; besides, it spares the supervisor's and the keeper's pids
-  (``hello``) in every kill (`kill_cgroup`'s ``spare``), and while one of them is in
-  the cgroup it neither freezes it nor writes ``cgroup.kill`` (which would end them);
-  a removal then fails (busy), and the next agent start removes the cgroup;
-* **the pids limit**: the supervisor counts in it while there. A limit it finds
-  (``pids.max`` a number) is raised by one for the window and set back once it has
-  left the pids cgroup (first, the cgroup it joins last), so a command may start at a
-  limit of 1 and fork as far as its limit. (For the one write between the two, a
-  command that had reached its limit could fork once more: it would have to have
-  forked that many times between its exec and that write);
-* **the memory limit**: what the supervisor allocates in the window (a few pages) is
-  charged to the task; the command would have to allocate its whole limit (at least
-  32 MB) before the supervisor is out for the kernel's OOM killer to run while the
-  supervisor is there; the CPU quota (joined next to last, left next to first) and
-  ``cpuacct`` likewise see a fraction of a millisecond of the supervisor's CPU time;
-* **a cgroup that cannot be joined** (removed, or no cgroup of the supervisor's own in
-  its hierarchy to come back to), **or an exec that fails**: `SpawnError`, after
-  stepping back out of those joined; the command is not started (a child that could
-  not execute it is reaped);
-* **a cgroup of its own it cannot return to** (removed from outside): `Stranded`, once
-  the command (if it started) is forked; the supervisor then records it and exits, so
-  it never stays in a task's cgroup; its keeper reaps what it left.
+This is what a ``/bin/sh`` shim and ``setpriv`` did before, as two ``exec``s per task;
+the child here is a fork of the supervisor's small process running a few lines of
+Python. (Also measured, and not taken: the supervisor stepping into the task's cgroups
+itself and forking the command with `_posixsubprocess.fork_exec`, which switches users
+in C. The child is cheaper, but ten cgroup moves a task in the supervisor's one thread,
+competing with the agent's cgroup writes, made it the bottleneck: see the README's
+"Task starts".)
 
 Standard library only (the supervisor runs without the agent's package).
 """
 
 from __future__ import annotations
 
-import _posixsubprocess
 import contextlib
+import errno
 import os
-import sys
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import NoReturn
 
 from mesolite.agent.errors import AgentError
 
 _PROCS = "cgroup.procs"
-_PIDS_MAX = "pids.max"
-_CPU_QUOTA = ("cpu.cfs_quota_us", "cpu.max")  # v1, v2
-_PIDS_RANK = 2  # joined last, left first
 _SELF = b"0"  # to cgroup.procs: the writing process
-# The private function `subprocess` calls; its last argument, allow_vfork, went in 3.14.
-_FORK_EXEC: Any = _posixsubprocess.fork_exec
-_HAS_ALLOW_VFORK = sys.version_info < (3, 14)
+_REPORT_MAX = 4000  # bytes: one write, under PIPE_BUF, so a report arrives whole
+NOT_STARTED = 127  # the child's exit status when the command could not start
 
 
 class SpawnError(AgentError):
-    """The command was not started; the message says why. The supervisor is back in
-    its own cgroups."""
-
-
-class Stranded(AgentError):
-    """The supervisor could not return to its own cgroup in some hierarchy: it must
-    exit. `pid` is the command's if it was started (it runs, confined)."""
-
-    def __init__(self, why: str, pid: int | None) -> None:
-        super().__init__(why)
-        self.pid = pid
+    """The child could not even be forked; the message says why."""
 
 
 @dataclass(frozen=True, slots=True)
 class Command:
-    """What to execute, as whom, where, with which descriptors as 0, 1 and 2."""
+    """What to execute, in which cgroups, as whom, where, with which descriptors as 0,
+    1 and 2."""
 
     argv: Sequence[str]
     env: Mapping[str, str]
     cwd: str
+    cgroups: Sequence[str]  # the task's cgroup directories, one per hierarchy
     user: tuple[int, int, Sequence[int]] | None  # uid, gid, groups; None: stay as is
     stdin: int
     stdout: int
     stderr: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Home:
-    """The supervisor's own cgroup in one hierarchy."""
-
-    path: Path
-    procs: int  # its cgroup.procs, open for writing
-    inode: int
-    rank: int  # order of joining: pids last (and left first), the CPU quota next to it
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    directory: Path
-    home: _Home
-
-
-class Confiner:
-    """Starts commands in cgroups of the hierarchies of `own` (the supervisor's own
-    cgroup, one directory per hierarchy, the supervisor in it), stepping back into
-    `own` after each. Raises OSError if one of them cannot be opened."""
-
-    def __init__(self, own: Sequence[Path]) -> None:
-        self._homes: dict[int, _Home] = {}
-        for path in own:
-            st = os.stat(path)
-            rank = _PIDS_RANK if (path / _PIDS_MAX).exists() else 0
-            if not rank and any((path / name).exists() for name in _CPU_QUOTA):
-                rank = 1
-            procs = os.open(path / _PROCS, os.O_WRONLY | os.O_CLOEXEC)
-            self._homes[st.st_dev] = _Home(Path(path), procs, st.st_ino, rank)
-
-    @property
-    def can_spawn(self) -> bool:
-        """Whether it has a cgroup of its own to return to."""
-        return bool(self._homes)
-
-    def start(self, cgroups: Sequence[str], command: Command) -> int:
-        """The pid of `command`, started in `cgroups` (the task's directories, one per
-        hierarchy). Raises `SpawnError` (not started) or `Stranded` (the supervisor
-        must exit)."""
-        steps = self._plan(cgroups)
-        joined: list[_Step] = []
-        limit: tuple[Path, int] | None = None
-        forked: tuple[int, int] | None = None
-        try:
-            last = steps[-1]
-            limit = _raise_pids_limit(last.directory) if last.home.rank == _PIDS_RANK else None
-            for step in steps:
-                _join(step.directory)
-                joined.append(step)
-            forked = _fork(command)
-        finally:
-            # Out at once: the child is in the cgroups from its fork, whether or not it
-            # has executed the command yet.
-            stuck = self._leave(joined, limit)
-            if stuck and forked is None:
-                raise Stranded(_stranded(stuck), None)
-        pid, errors = forked
-        try:
-            _wait_for_exec(pid, errors, command)
-        except SpawnError:
-            if stuck:
-                raise Stranded(_stranded(stuck), None) from None
-            raise
-        if stuck:
-            raise Stranded(_stranded(stuck), pid)
-        return pid
-
-    def _plan(self, cgroups: Sequence[str]) -> list[_Step]:
-        """The task's directories, each with the supervisor's own cgroup in its hierarchy,
-        in the order to join them."""
-        steps: list[_Step] = []
-        for name in cgroups:
-            directory = Path(name)
-            try:
-                st = os.stat(directory)
-            except OSError as e:
-                raise SpawnError(f"cannot join the cgroup {directory}: {e.strerror}") from None
-            home = self._homes.get(st.st_dev)
-            if home is None:
-                raise SpawnError(
-                    f"cannot join the cgroup {directory}: the supervisor has no cgroup of "
-                    "its own in its hierarchy to return to"
-                )
-            if home.inode == st.st_ino or any(s.home is home for s in steps):
-                raise SpawnError(
-                    f"cannot join the cgroup {directory}: the supervisor's own, or a second "
-                    "one in the same hierarchy"
-                )
-            steps.append(_Step(directory, home))
-        if not steps:
-            raise SpawnError("a spawned command needs a cgroup")
-        return sorted(steps, key=lambda s: s.home.rank)
-
-    def _leave(self, joined: list[_Step], limit: tuple[Path, int] | None) -> list[str]:
-        """Step back home from each of `joined`, last joined first; the pids limit set
-        back once out of the pids cgroup. What could not be left, and why."""
-        stuck: list[str] = []
-        for step in reversed(joined):
-            try:
-                os.write(step.home.procs, _SELF)
-            except OSError as e:
-                stuck.append(f"{step.home.path}: {e.strerror}")
-            if limit is not None and step.directory == limit[0]:
-                _set_pids_limit(*limit)
-                limit = None
-        if limit is not None:  # raised, but its cgroup never joined
-            _set_pids_limit(*limit)
-        return stuck
-
-
-def _join(directory: Path) -> None:
+def start(command: Command) -> tuple[int, int]:
+    """Fork the child that confines and executes `command`; at once, its pid and the
+    read end of its report pipe (non-blocking; `read_report`). Raises `SpawnError`."""
+    procs = [os.path.join(directory, _PROCS) for directory in command.cgroups]
+    report_read, report_write = os.pipe2(os.O_CLOEXEC)
     try:
-        fd = os.open(directory / _PROCS, os.O_WRONLY | os.O_CLOEXEC)
+        pid = os.fork()
+    except OSError as e:
+        os.close(report_read)
+        os.close(report_write)
+        raise SpawnError(f"cannot fork the command: {e.strerror}") from None
+    if pid == 0:
+        _child(command, procs, report_write)
+    os.close(report_write)
+    os.set_blocking(report_read, False)
+    return pid, report_read
+
+
+def read_report(fd: int) -> tuple[bytes, bool]:
+    """What a child's report pipe holds now, and whether that is its end (of file). A
+    report that ends empty means the command executes; else it says why it could not
+    start."""
+    data = bytearray()
+    while True:
         try:
+            chunk = os.read(fd, 4096)
+        except BlockingIOError:
+            return bytes(data), False
+        if not chunk:
+            return bytes(data), True
+        data += chunk
+
+
+def _child(command: Command, procs: list[str], report: int) -> NoReturn:
+    """In the forked child: confine, switch user, execute; never returns."""
+    step = "cannot start the command"
+    try:
+        for path in procs:
+            step = f"cannot join the cgroup {os.path.dirname(path)}"
+            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
             os.write(fd, _SELF)
-        finally:
-            os.close(fd)
-    except OSError as e:
-        raise SpawnError(f"cannot join the cgroup {directory}: {e.strerror}") from None
-
-
-def _raise_pids_limit(directory: Path) -> tuple[Path, int] | None:
-    """Raise the pids cgroup's limit by one (for the supervisor, while it is there):
-    (its directory, the limit to set back), or None where there is no limit."""
-    try:
-        text = (directory / _PIDS_MAX).read_text().strip()
-        if not text.isdigit():
-            return None  # "max"
-        (directory / _PIDS_MAX).write_text(str(int(text) + 1))
-    except OSError as e:
-        raise SpawnError(f"cannot join the cgroup {directory}: {e.strerror}") from None
-    return directory, int(text)
-
-
-def _set_pids_limit(directory: Path, limit: int) -> None:
-    with contextlib.suppress(OSError):  # gone: nothing is left to limit
-        (directory / _PIDS_MAX).write_text(str(limit))
-
-
-def _stranded(stuck: list[str]) -> str:
-    return "the supervisor cannot return to its own cgroup: " + "; ".join(stuck)
-
-
-def _fork(command: Command) -> tuple[int, int]:
-    """Fork the child that executes `command`: its pid, and the pipe on which it says
-    why it could not (`_wait_for_exec`). Raises `SpawnError` if it could not fork."""
-    uid, gid, groups = command.user if command.user is not None else (None, None, None)
-    try:
-        env = [os.fsencode(f"{k}={v}") for k, v in command.env.items()]
-        executables = _executables(command.argv[0], command.env)
-    except ValueError as e:
-        raise SpawnError(f"cannot execute {command.argv[0]!r}: {e}") from None
-    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
-    try:
-        args: list[Any] = [
-            list(command.argv),
-            executables,
-            False,  # close_fds: every descriptor of the supervisor's is close-on-exec
-            (),
-            command.cwd,
-            env,
-            command.stdin,
-            -1,
-            -1,
-            command.stdout,
-            -1,
-            command.stderr,
-            errors_read,
-            errors_write,
-            True,  # restore_signals: SIGPIPE and SIGXFSZ, which Python ignores
-            True,  # call_setsid
-            -1,  # pgid_to_set
-            gid,
-            list(groups) if groups is not None else None,
-            uid,
-            -1,  # child_umask: the supervisor's
-            None,  # preexec_fn: none, so no Python runs in the child
-        ]
-        if _HAS_ALLOW_VFORK:
-            args.append(True)
-        pid = int(_FORK_EXEC(*args))
-    except (OSError, ValueError) as e:
-        os.close(errors_read)
-        raise SpawnError(f"cannot fork the command: {e}") from None
+        step = "cannot set up the command's session and descriptors"
+        os.setsid()
+        os.dup2(command.stdin, 0)
+        os.dup2(command.stdout, 1)
+        os.dup2(command.stderr, 2)
+        step = f"cannot enter the sandbox {command.cwd}"
+        os.chdir(command.cwd)
+        # What Python ignores, a command must not inherit ignored (as subprocess does).
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+        signal.signal(signal.SIGXFSZ, signal.SIG_DFL)
+        if command.user is not None:
+            uid, gid, groups = command.user
+            step = f"cannot become user {uid}"
+            os.setgroups(list(groups))
+            os.setregid(gid, gid)
+            os.setreuid(uid, uid)
+        step = f"cannot execute {command.argv[0]}"
+        _execute(command.argv, command.env)
+    except BaseException as e:  # whatever it is, it is reported
+        reason = e.strerror if isinstance(e, OSError) and e.strerror else repr(e)
+        with contextlib.suppress(BaseException):
+            os.write(report, f"{step}: {reason}".encode(errors="replace")[:_REPORT_MAX])
     finally:
-        os.close(errors_write)
-    return pid, errors_read
+        os._exit(NOT_STARTED)
 
 
-def _wait_for_exec(pid: int, errors_read: int, command: Command) -> None:
-    """Wait until the child executed `command` (the pipe closes) or said why it could
-    not; raises `SpawnError` then, once the child is reaped."""
-    try:
-        report = bytearray()
-        while chunk := os.read(errors_read, 4096):  # end of file: it executed
-            report += chunk
-    finally:
-        os.close(errors_read)
-    if report:
-        os.waitpid(pid, 0)
-        raise SpawnError(exec_error(bytes(report), command))
-
-
-def _executables(program: str, env: Mapping[str, str]) -> list[bytes]:
-    """Where to look for `program`: itself if it has a slash, else along the task's PATH."""
+def _execute(argv: Sequence[str], env: Mapping[str, str]) -> NoReturn:
+    """Execute `argv` with `env`, looking along the task's PATH if the program has no
+    slash (as ``execvp`` does); raises the first error that is not "not there"."""
+    program, args = argv[0], list(argv)
     if "/" in program:
-        return [os.fsencode(program)]
-    path = env.get("PATH", os.defpath)
-    return [os.fsencode(os.path.join(d or ".", program)) for d in path.split(os.pathsep)]
-
-
-def exec_error(report: bytes, command: Command) -> str:
-    """Why the child could not start `command`, from what it wrote on the error pipe
-    (``OSError:<hex errno>:``, then ``noexec`` if it failed before the exec: in 3.11,
-    whether at the working directory, a descriptor, the session or the user)."""
-    kind, _, rest = report.partition(b":")
-    code, _, where = rest.partition(b":")
-    try:
-        reason = os.strerror(int(code, 16)) if kind == b"OSError" else where.decode()
-    except ValueError:
-        reason = report.decode(errors="replace")
-    if where == b"noexec:chdir":  # CPython 3.12 on
-        return f"cannot enter the sandbox {command.cwd}: {reason}"
-    if where.startswith(b"noexec"):
-        user = "" if command.user is None else f", user {command.user[0]}"
-        return (
-            f"cannot set up the command before its exec (the sandbox {command.cwd}, "
-            f"its descriptors, session{user}): {reason}"
-        )
-    return f"cannot execute {command.argv[0]}: {reason}"
+        os.execve(program, args, env)
+    first: OSError | None = None
+    for directory in env.get("PATH", os.defpath).split(os.pathsep):
+        try:
+            os.execve(os.path.join(directory or ".", program), args, env)
+        except OSError as e:
+            if first is None and e.errno not in (errno.ENOENT, errno.ENOTDIR):
+                first = e
+    raise first or FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), program)

@@ -6,11 +6,9 @@ Starting a task's wrapper as a fresh interpreter (``python -I _task_wrapper.py``
 costs tens of milliseconds of CPU per task. The supervisor pays for an interpreter
 once, and starts tasks in one of two ways:
 
-* **spawn** (a task with a cgroup): it starts the command itself, with nothing in
-  between (`agent/_spawn.py`): it steps into the task's cgroups, forks and executes
-  the command in a new session as the task's user (in C between fork and exec, as
-  `subprocess` does), and steps back into its own cgroup (``--cgroup``; without one it
-  does not spawn), so the command is in its cgroups from birth. It is the command's
+* **spawn** (a task with a cgroup): it starts the command itself, with no program in
+  between (`agent/_spawn.py`): it forks, and the child joins the task's cgroup, leads
+  a new session, becomes the task's user and executes the command. It is the command's
   parent, so it learns the exit status, and writes it to the exit log
   (`agent/_exit_log.py`, group commit: one write and one fsync per turn of its loop)
   before it tells the agent. No per-task waiter process: the cgroup kill (the agent's,
@@ -47,7 +45,7 @@ agent that was SIGKILLed may have left a launch in it).
     supervisor -> agent, on connecting:
         {"op": "wrappers", "wrappers": [{"pid", "start_time", "records"}, ...]}  (0 or more)
         {"op": "hello", "pid": <the supervisor's>, "keeper": <its keeper's>,
-         "spawn": <whether it can spawn: it has a cgroup of its own to return to>}
+         "spawn": true}  (whether it can spawn: older ones needed setpriv)
     agent -> supervisor, with two file descriptors (SCM_RIGHTS): the task's stdout
     and its stderr:
         {"op": "launch", "id": N, "records": DIR, "options": [wrapper options],
@@ -60,11 +58,9 @@ agent that was SIGKILLed may have left a launch in it).
          "id": N, "error": "..."}
         {"op": "ready", "pid": P, "command": C}   wrapper P's command (pid C) runs; for
                                                   a spawned command C == P, in its cgroup
-                                                  (at once: it was born there)
         {"op": "exited", "pid": P, "start_time": T, "status": <wait status>}
-                                                  (a spawned one's: in the exit log. An
-                                                  older supervisor's may have "error":
-                                                  its shim could not confine it)
+                                                  (a spawned one's: in the exit log; with
+                                                  "error" if it could not be started)
 
 Every wrapper says it is ready on one pipe the supervisor reads (the wrapper's
 ``--ready-fd``, a line with its command's pid and its own); the supervisor reads that
@@ -77,14 +73,14 @@ no wrapper left, the supervisor exits.
 
 A spawned command is named in the exit log ("spawned", with its task run) before the
 agent hears its pid, so an agent that died before it checkpointed the pid finds it
-there. It is "ready" in the same turn as "spawned" (it was born in its cgroups), so
-"ready" comes before "exited". A command that could not be started (a cgroup that
-cannot be joined, an exec that failed) is a "spawned" with an "error": it never ran.
-A supervisor that cannot return to its own cgroup after a spawn writes the command to
-the exit log, says so, and exits, so it never stays in a task's cgroup (its keeper
-reaps what it leaves). Left open: a supervisor killed in the few instructions between
-the fork returning and that line leaves a command nobody names; the agent fails the
-run and removes its cgroup, which ends the command.
+there. Its child's report pipe (close-on-exec) ends without a word once the command
+executes, in its cgroup, as its user: then it is "ready"; or says why the command could
+not start (then the child exits 127 and its "exited" has the "error"). The pipe is read
+to its end before the supervisor tells of the child's end, so "ready" comes before
+"exited". Left open: a supervisor killed in the few instructions between the fork and
+that line leaves a command nobody names; the agent fails the run and removes its
+cgroup, which ends the command, or, if the command joined it just as it was removed,
+leaves it contained there until the next agent start removes the cgroups no task owns.
 
 Standard library and the wrapper only (run by path: the agent's package, grpc and
 all, is never imported).
@@ -108,7 +104,7 @@ import types
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn, TypeGuard
+from typing import Any, TypeGuard
 
 if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
 
@@ -124,7 +120,8 @@ if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
     _bootstrap()
 
 from mesolite.agent import _exit_log, _task_wrapper
-from mesolite.agent._spawn import Command, Confiner, SpawnError, Stranded
+from mesolite.agent._spawn import Command, SpawnError, read_report
+from mesolite.agent._spawn import start as start_command
 from mesolite.agent.errors import AgentError
 
 SOCKET_NAME = "socket"
@@ -230,7 +227,7 @@ class Launch:
 
 @dataclass(frozen=True, slots=True)
 class Spawn:
-    """A spawn request, checked: the task's command itself, started in its cgroups."""
+    """A spawn request, checked: the task's command itself, confined by its child."""
 
     id: int
     run: str
@@ -289,9 +286,7 @@ class _Connection:
 class Supervisor:
     """The supervisor's loop: serve one agent at a time, fork wrappers, reap them."""
 
-    def __init__(
-        self, listener: socket.socket, log: Any, directory: Path, cgroups: list[Path]
-    ) -> None:
+    def __init__(self, listener: socket.socket, log: Any, directory: Path) -> None:
         self._listener = listener
         self._log = log
         self._pid = os.getpid()
@@ -299,7 +294,9 @@ class Supervisor:
         self._children: dict[int, tuple[int, str]] = {}  # pid -> (start time, records)
         self._spawned: set[int] = set()  # those of the children that are task commands
         self._exits = _exit_log.ExitLogWriter(directory)
-        self._confiner = Confiner(cgroups)  # its own cgroups: where it returns
+        # A spawned command's child's report pipe, until its end (pid -> fd, what it said).
+        self._reports: dict[int, tuple[int, bytearray]] = {}
+        self._errors: dict[int, str] = {}  # pid -> why the command could not start
         self._agent: _Connection | None = None
         self._served = False
         self._selector = selectors.DefaultSelector()
@@ -337,6 +334,8 @@ class Supervisor:
                             pass
                 elif key.data == "ready":
                     self._read_ready()
+                elif isinstance(key.data, int):  # a spawned command's report
+                    self._read_report(key.data)
                 elif (
                     self._agent is not None
                     and key.fileobj is self._agent.sock
@@ -380,14 +379,7 @@ class Supervisor:
         ]
         for i in range(0, len(wrappers), WRAPPERS_PER_FRAME):
             self._send({"op": "wrappers", "wrappers": wrappers[i : i + WRAPPERS_PER_FRAME]})
-        self._send(
-            {
-                "op": "hello",
-                "pid": self._pid,
-                "keeper": self._keeper,
-                "spawn": self._confiner.can_spawn,
-            }
-        )
+        self._send({"op": "hello", "pid": self._pid, "keeper": self._keeper, "spawn": True})
 
     def _drop(self, why: str) -> None:
         agent, self._agent = self._agent, None
@@ -484,24 +476,26 @@ class Supervisor:
         self._send({"op": "spawned", "id": launch.id, "pid": pid, "start_time": start_time})
 
     def _spawn(self, agent: _Connection, message: Mapping[str, Any]) -> None:
-        """Start a task's command itself, in its cgroups from birth, in a new session,
-        as its user (`agent/_spawn.py`)."""
+        """Start a task's command itself, in a new session, through a child that joins
+        its cgroup and becomes its user (`agent/_spawn.py`)."""
         if len(agent.fds) < LAUNCH_FDS:
             raise FrameError(f"a spawn needs {LAUNCH_FDS} file descriptors")
         fds, agent.fds = agent.fds[:LAUNCH_FDS], agent.fds[LAUNCH_FDS:]
-        stranded: Stranded | None = None
         try:
             spawn = Spawn.parse(message)
             stdout, stderr = fds
-            command = Command(
-                spawn.argv, spawn.env, spawn.cwd, spawn.user, self._devnull, stdout, stderr
+            pid, report = start_command(
+                Command(
+                    spawn.argv,
+                    spawn.env,
+                    spawn.cwd,
+                    spawn.cgroups,
+                    spawn.user,
+                    self._devnull,
+                    stdout,
+                    stderr,
+                )
             )
-            pid = self._confiner.start(spawn.cgroups, command)
-        except Stranded as e:
-            if e.pid is None:
-                self._send({"op": "spawned", "id": message["id"], "error": str(e)})
-                self._strand(e)
-            stranded, pid = e, e.pid
         except (FrameError, SpawnError) as e:
             if isinstance(e, FrameError) and not isinstance(message.get("id"), int):
                 raise  # not even a request to answer
@@ -510,6 +504,8 @@ class Supervisor:
         finally:
             for fd in fds:
                 os.close(fd)
+        self._reports[pid] = (report, bytearray())
+        self._selector.register(report, selectors.EVENT_READ, pid)
         start_time = _task_wrapper.start_time_of(pid)  # not reaped yet: still this child
         self._children[pid] = (start_time, spawn.records)
         self._spawned.add(pid)
@@ -524,19 +520,22 @@ class Supervisor:
             durable=False,
         )
         self._send({"op": "spawned", "id": spawn.id, "pid": pid, "start_time": start_time})
-        # Born in its cgroups: it runs there from its first instruction.
-        self._send({"op": "ready", "pid": pid, "command": pid})
-        if stranded is not None:
-            self._strand(stranded)
 
-    def _strand(self, stranded: Stranded) -> NoReturn:
-        """The supervisor is stuck in a task's cgroup: what it has to say is written and
-        sent (as far as the socket takes it), then it exits (its keeper reaps what it
-        leaves). Never returns."""
-        self.say(f"{stranded}: exiting")
-        self._exits.commit()
-        self._flush()
-        raise stranded
+    def _read_report(self, pid: int) -> None:
+        """What spawned command `pid`'s child says: at its end, nothing (the command
+        executes: ready, told to the agent) or why it could not start (told with its end)."""
+        fd, said = self._reports[pid]
+        data, ended = read_report(fd)
+        said += data
+        if not ended:
+            return
+        del self._reports[pid]
+        self._selector.unregister(fd)
+        os.close(fd)
+        if said:
+            self._errors[pid] = said.decode(errors="replace")
+        else:
+            self._send({"op": "ready", "pid": pid, "command": pid})
 
     def _become_wrapper(self, launch: Launch, fds: list[int]) -> None:
         """In the forked child: set up as the agent used to start the wrapper, and run it."""
@@ -598,8 +597,12 @@ class Supervisor:
             reaped.append((pid, start_time, status))
         if not reaped:
             return
-        # A wrapper said it was ready before it ended: that comes first.
+        # A wrapper said it was ready before it ended, a spawned command's child said
+        # how it went: that comes first (a dead child's report is whole).
         self._read_ready()
+        for pid, _, _ in reaped:
+            if pid in self._reports:
+                self._read_report(pid)
         messages: list[dict[str, Any]] = []
         for pid, start_time, status in reaped:
             message: dict[str, Any] = {
@@ -612,7 +615,12 @@ class Supervisor:
             if pid not in self._spawned:
                 continue  # a wrapper: it wrote its command's end itself
             self._spawned.discard(pid)
-            record = _exit_log.exit_record(pid, start_time, status)
+            error = self._errors.pop(pid, None)
+            if error is not None:
+                message["error"] = error
+                record = _exit_log.error_record(pid, start_time, error)
+            else:
+                record = _exit_log.exit_record(pid, start_time, status)
             # Group commit: every line of this turn goes in one write, with one fsync,
             # at the end of the turn (`run`), before anything queued is sent.
             self._exits.add(record, durable=True)
@@ -653,7 +661,7 @@ def serve(directory: Path, cgroups: list[Path]) -> int:
     if server == 0:
         code = 0
         try:
-            Supervisor(listener, log, directory, cgroups).run()
+            Supervisor(listener, log, directory).run()
         except BaseException:
             traceback.print_exc(file=log)
             log.flush()

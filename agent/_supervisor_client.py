@@ -95,7 +95,7 @@ class SupervisorClient:
         self._next_id = 0
         self.pid: int | None = None
         self._start_time: int | None = None
-        self.can_spawn = False  # whether the supervisor reached can `spawn` (its own cgroup)
+        self.can_spawn = False  # whether the supervisor reached can `spawn` (it says)
         self._keeper: tuple[int, int] | None = None  # pid, start time
         # records directory -> (pid, start time) of the wrappers it said it runs
         self._wrappers: dict[str, tuple[int, int]] = {}
@@ -103,13 +103,6 @@ class SupervisorClient:
     @property
     def connected(self) -> bool:
         return self._connection is not None
-
-    @property
-    def own_pids(self) -> frozenset[int]:
-        """The supervisor's and its keeper's pids, as the last one reached said: what a
-        kill of a task's cgroup spares (the supervisor steps into it for a spawn)."""
-        pids = {self.pid, self._keeper[0] if self._keeper is not None else None}
-        return frozenset(pid for pid in pids if pid is not None)
 
     def wrapper_of(self, records: Path) -> tuple[int, int] | None:
         """(pid, start time) of the wrapper of the task run in `records`, as the

@@ -5,17 +5,16 @@ what becomes of their transitions, is the task runner's business (`agent/tasks.p
 A task is ``/bin/sh -c <command>`` started by the agent's supervisor
 (`agent/_supervisor.py`, reached through `agent/_supervisor_client.py`), which outlives
 the agent, in a new session. With a cgroup (`launcher` "spawn") the supervisor spawns
-the command itself, born in the task's cgroup as its user (`agent/_spawn.py`), and
-the supervisor writes its exit status to its exit log (`agent/_exit_log.py`); in the
-process-tree fallback ("wrapper") it forks a task wrapper (`agent._task_wrapper`)
+the command itself, forked straight into the task's cgroup and user
+(`agent/_spawn.py`), and writes its exit status to its exit log (`agent/_exit_log.py`);
+in the process-tree fallback ("wrapper") it forks a task wrapper (`agent._task_wrapper`)
 that leads the task's process group, puts the command into its rlimits and user,
 and writes its exit status to the task's records directory (`exit.json`). Either
 way the status survives the agent. The agent hears of the end from the supervisor,
 or, if the supervisor went away meanwhile, waits for the process with a pidfd and
 reads the end from where it is recorded.
 A kill is SIGTERM to the group, then, after the grace period, SIGKILL to
-everything in the container (but the supervisor and its keeper, which step into a
-task's cgroup for the instant of its spawn). Whenever a run ends, what is left in its container is
+everything in the container. Whenever a run ends, what is left in its container is
 killed, its cgroup's figures read (a memory-limit kill makes the task FAILED with
 REASON_CONTAINER_LIMITATION_MEMORY) and the cgroup removed. A process killed by
 signal N reports exit code 128 + N, as a shell would.
@@ -134,17 +133,17 @@ class TaskProcesses:
             await self._end_container(t)
         return final
 
-    async def _end_container(self, t: TaskRun) -> None:
+    @staticmethod
+    async def _end_container(t: TaskRun) -> None:
         container = t.container
         if container is None:
             return
         wrapper = t.pid if t.pid is not None and not t.exited.is_set() else None
-        spare = self._supervisor.own_pids
 
         def end() -> None:
             if wrapper is not None:
-                container.kill(wrapper, spare)
-            container.clean_up(spare)
+                container.kill(wrapper)
+            container.clean_up()
 
         await off_loop(end)
 
@@ -246,10 +245,10 @@ class TaskProcesses:
 
     async def _follow_spawned(self, t: TaskRun, spawned: Spawned) -> TaskTransition:
         """A command the supervisor started itself (in its own session): RUNNING once
-        the supervisor says it is ready (with "spawned": it was born in its cgroup);
-        followed to its end, which the supervisor tells once it is in the exit log."""
+        it executes, in its cgroup, as its user; followed to its end, which the
+        supervisor tells once it is in the exit log."""
         try:
-            # An older supervisor's shim said so once in its cgroup (or ended without a word).
+            # Said once it executes (or it ends, saying why it could not).
             command = await spawned.ready
         except SupervisorGone as e:
             return await self._adopt(t, spawned, e)
@@ -309,8 +308,8 @@ class TaskProcesses:
             log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
             why = f"could not set up the task's cgroup: {e}"
             raise _SetUpFailed(why, sandbox_ready=True) from e
-        # With a cgroup, the supervisor can start the command itself (born in the cgroup,
-        # as its user); else a wrapper (rlimits, a subreaper).
+        # With a cgroup to join, the supervisor can start the command itself (its child
+        # joins the cgroup and switches user); else a wrapper (rlimits, a subreaper).
         can_spawn = self._spawn and self._supervisor.can_spawn and container.cgroup is not None
         t.launcher = "spawn" if can_spawn else "wrapper"
         # Before the wrapper exists: a restarted agent then knows the run never got
@@ -448,8 +447,9 @@ class TaskProcesses:
             return t.transition(TaskState.KILLED, f"killed on request: {why}")
         return t.transition(TaskState.FAILED, why)
 
+    @staticmethod
     def _end_of(
-        self, t: TaskRun, logged: dict[str, Any] | None
+        t: TaskRun, logged: dict[str, Any] | None
     ) -> tuple[dict[str, Any] | None, CgroupStats | None]:
         """How the command ended (the wrapper's `exit.json`; for a spawned command, its
         `logged` end), and the container's last figures once whatever the command left
@@ -475,8 +475,7 @@ class TaskProcesses:
         if not wrapper_cleaned_up and process_start_time(t.pid) is None:
             signal_group(t.pid, signal.SIGKILL)
         # Whatever the command left (a setsid child, a double fork) ends with it.
-        spare = self._supervisor.own_pids
-        return record, t.container.clean_up(spare) if t.container else None
+        return record, t.container.clean_up() if t.container else None
 
     def _environment(self, t: TaskRun) -> dict[str, str]:
         user = t.container.user if t.container is not None else None
@@ -524,7 +523,7 @@ class TaskProcesses:
             bound.warning("task outlived its grace period; sending SIGKILL", grace=self._grace)
             t.sigkilled = True
             if t.container is not None:
-                await off_loop(t.container.kill, pid, self._supervisor.own_pids)
+                await off_loop(t.container.kill, pid)
             else:
                 signal_group(pid, signal.SIGKILL)
 

@@ -56,7 +56,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -210,11 +210,8 @@ def run(
     return returncode
 
 
-def kill_cgroup(
-    cgroups: Sequence[Path], *, timeout: float = _KILL_TIMEOUT, spare: Collection[int] = ()
-) -> bool:
-    """SIGKILL every process in a cgroup but `spare` until none is left; False if some
-    outlived `timeout`.
+def kill_cgroup(cgroups: Sequence[Path], *, timeout: float = _KILL_TIMEOUT) -> bool:
+    """SIGKILL every process in a cgroup until none is left; False if some outlived `timeout`.
 
     `cgroups` are the cgroup's directories: one in v2, one per hierarchy in v1.
     Where the kernel has ``cgroup.kill`` (v2, Linux 5.14+) one write kills them
@@ -224,23 +221,15 @@ def kill_cgroup(
     one, rounds repeat until a read of ``cgroup.procs`` finds none (each round
     kills every process that existed when it read the list). Blocking: at most
     `timeout` seconds.
-
-    `spare`: the agent's supervisor and its keeper, which step into a task's cgroup
-    for the instant of a spawn (`agent/_spawn.py`). Never signalled; while one of
-    them is in the cgroup, neither ``cgroup.kill`` (it would end them) nor the
-    freezer (it would stop them) is used, only rounds of signals.
     """
     freeze: Callable[[], contextlib.AbstractContextManager[None]] | None = None
     deadline = time.monotonic() + timeout
     pause = 0.001
     while True:
-        present = cgroup_pids(cgroups)
-        pids = present.difference(spare)
+        pids = cgroup_pids(cgroups)
         if not pids:
             return True
-        if len(pids) < len(present):
-            freeze = contextlib.nullcontext  # one to spare is in it: signals alone
-        elif freeze is None:
+        if freeze is None:
             # Processes are left (an empty cgroup, the common case, costs one read):
             # the kernel's way first, where it has one, then rounds of signals.
             for cgroup in cgroups:

@@ -44,7 +44,7 @@ import os
 import pwd
 import signal
 import time
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -159,11 +159,10 @@ class Container:
             args += ["--user", self.user.wrapper_arg()]
         return args
 
-    def kill(self, wrapper_pid: int | None, spare: Collection[int] = ()) -> None:
-        """SIGKILL everything the task runs, then its wrapper's process group. Blocking.
-        `spare`: the supervisor and its keeper (see `kill_cgroup`)."""
+    def kill(self, wrapper_pid: int | None) -> None:
+        """SIGKILL everything the task runs, then its wrapper's process group. Blocking."""
         if self.cgroup is not None:
-            if not self.cgroup.kill(spare):
+            if not self.cgroup.kill():
                 log.error("a task's cgroup would not empty", cgroup=str(self.cgroup.paths[0]))
         elif wrapper_pid is not None:
             # Children first: killed, the wrapper would leave its orphans to init.
@@ -171,13 +170,12 @@ class Container:
         if wrapper_pid is not None:
             signal_group(wrapper_pid, signal.SIGKILL)
 
-    def clean_up(self, spare: Collection[int] = ()) -> CgroupStats | None:
-        """After the wrapper ended: kill what is left (but `spare`, as `kill`), read the
-        cgroup's figures, remove it. Blocking. None without a cgroup (or if it was gone
-        already)."""
+    def clean_up(self) -> CgroupStats | None:
+        """After the wrapper ended: kill what is left, read the cgroup's figures, remove it.
+        Blocking. None without a cgroup (or if it was gone already)."""
         if self.cgroup is None or not self.cgroup.exists():
             return None
-        if not self.cgroup.kill(spare):
+        if not self.cgroup.kill():
             log.error("a task's cgroup would not empty", cgroup=str(self.cgroup.paths[0]))
         stats = self.cgroup.stats()
         try:
@@ -407,9 +405,8 @@ class Isolator:
                 "the supervisor's cgroup is still in use", cgroup=str(cgroup.paths[0]), error=str(e)
             )
 
-    def remove_orphans(self, keep: set[str], spare: Collection[int] = ()) -> int:
-        """Kill (but `spare`, as `Container.kill`) and remove `orphans(keep)`; returns how
-        many there were. Blocking."""
+    def remove_orphans(self, keep: set[str]) -> int:
+        """Kill and remove `orphans(keep)`; returns how many there were. Blocking."""
         found = self.orphans(keep)
         for cgroup in found:
             log.warning(
@@ -417,7 +414,7 @@ class Isolator:
                 cgroup=str(cgroup.paths[0]),
                 processes=len(cgroup.pids()),
             )
-            Container(self.mode, Limits(MIN_MEMORY_MB, 0.0, False, None), cgroup).clean_up(spare)
+            Container(self.mode, Limits(MIN_MEMORY_MB, 0.0, False, None), cgroup).clean_up()
         return len(found)
 
     def close(self) -> None:

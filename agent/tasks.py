@@ -318,9 +318,7 @@ class TaskRunner:
             t.lifecycle = asyncio.create_task(self._lifecycle(t), name=f"task-{t.spec.task_id}")
         # Only now: a recovered task's lifecycle may still be reading its cgroup.
         live = {t.run_id for t in self._tasks.values()}
-        orphans = await asyncio.to_thread(
-            self.isolator.remove_orphans, live, self._supervisor.own_pids
-        )
+        orphans = await asyncio.to_thread(self.isolator.remove_orphans, live)
         if orphans:
             log.warning("removed cgroups that no task owned", count=orphans)
 
@@ -368,9 +366,8 @@ class TaskRunner:
             # Cancelled from outside, e.g. the loop is closing: leave no process behind.
             pid = t.pid if t.pid is not None else t.wrapper_pid
             if t.container is not None:
-                spare = self._supervisor.own_pids
-                t.container.kill(pid if not t.exited.is_set() else None, spare)
-                t.container.clean_up(spare)
+                t.container.kill(pid if not t.exited.is_set() else None)
+                t.container.clean_up()
             elif pid is not None and not t.exited.is_set():
                 signal_group(pid, signal.SIGKILL)
             self._remove(t)

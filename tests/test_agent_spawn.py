@@ -1,6 +1,8 @@
 """Commands the supervisor spawns itself (`agent/_supervisor.py`, with cgroups): their
 real exit statuses survive an agent's SIGKILL, the supervisor's, and both, through the
-exit log (`agent/_exit_log.py`), whose group commit writes every end before one fsync.
+exit log (`agent/_exit_log.py`), whose group commit writes every end before one fsync;
+each runs in its cgroup as its user from its first instruction (`agent/_spawn.py`),
+and one that cannot be confined or executed never runs and says why.
 """
 
 from __future__ import annotations
@@ -11,9 +13,6 @@ import pwd
 import signal
 import socket
 import struct
-import subprocess
-import sys
-import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,19 +22,21 @@ import pytest
 
 from mesolite.agent import _exit_log, _supervisor
 from mesolite.agent._task_wrapper import cgroup_pids
-from mesolite.agent.isolation import Container, IsolationConfig, Isolator
+from mesolite.agent.isolation import IsolationConfig, Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.model import TaskState
 from tests.support.cgroups import remove_tree
 from tests.test_agent_supervisor import (
     FW,
-    SUPERVISOR,
     RunnerProcess,
     alive,
     connect,
     read_messages,
     spec,
     waits_for_go,
+)
+from tests.test_agent_supervisor import (
+    supervisor_dir as supervisor_dir,  # the fixture: a supervisor started by hand
 )
 from tests.test_agent_supervisor import (
     work_dir as work_dir,  # the fixture, with its clean-up
@@ -46,6 +47,7 @@ from tests.waiting import wait_for_condition
 
 pytestmark = pytest.mark.integration
 needs_cgroups = pytest.mark.skipif(not CGROUPS, reason="the agent cannot create cgroups here")
+NOBODY = pwd.getpwnam("nobody")
 
 
 @pytest.fixture
@@ -149,7 +151,7 @@ async def test_a_spawned_command_starts_with_no_signal_ignored_and_no_stray_fd(
 async def test_with_spawning_off_a_wrapper_confines_the_command_as_before(
     work_dir: Path, recorder: Recorder, root: str
 ) -> None:
-    # Where the supervisor cannot spawn (no setpriv), a wrapper starts a task with a
+    # Where the supervisor does not spawn (spawn=False), a wrapper starts a task with a
     # cgroup: its command, not the wrapper, joins the cgroup and takes the task user.
     isolator = Isolator(IsolationConfig(cgroups_root=root), work_dir, announce=False)
     runner = TaskRunner(work_dir, recorder, isolator=isolator, spawn=False)
@@ -258,141 +260,92 @@ def _spawn(sock: socket.socket, request: dict[str, Any]) -> None:
         )
 
 
-def cgroups_of(pid: int) -> dict[str, str]:
-    """Where `pid` is, per v1 controller (``"": ...`` for v2), as /proc says."""
-    where: dict[str, str] = {}
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        for controller in controllers.split(",") if controllers else [""]:
-            where[controller] = path
-    return where
+def test_a_command_that_cannot_join_its_cgroup_never_runs_and_says_why(
+    supervisor_dir: Path, tmp_path: Path
+) -> None:
+    request = {
+        "op": "spawn",
+        "id": 1,
+        "run": "r1",
+        "records": str(tmp_path),
+        "cgroups": [str(tmp_path / "no-such-cgroup")],
+        "user": None,
+        "argv": ["/bin/sh", "-c", "touch ran"],
+        "env": {},
+        "cwd": str(tmp_path),
+    }
+    with connect(supervisor_dir) as sock:
+        [*_, hello] = read_messages(sock, "hello")
+        assert hello["spawn"] is True  # it needs nothing to spawn (no setpriv)
+        _spawn(sock, {**request, "id": 0, "cgroups": ["relative"]})  # refused: not a path
+        [refused] = read_messages(sock, "spawned")
+        assert "error" in refused and "absolute" in refused["error"]
+        _spawn(sock, request)
+        messages = read_messages(sock, "exited")
+    [spawned] = [m for m in messages if m["op"] == "spawned"]
+    [exited] = [m for m in messages if m["op"] == "exited"]
+    assert not [m for m in messages if m["op"] == "ready"]  # it never ran
+    says = f"cannot join the cgroup {tmp_path / 'no-such-cgroup'}: No such file or directory"
+    assert exited["pid"] == spawned["pid"] and exited["error"] == says, exited
+    assert os.waitstatus_to_exitcode(exited["status"]) == 127
+    assert not (tmp_path / "ran").exists()
+    end = _exit_log.read(supervisor_dir).end_of(spawned["pid"], spawned["start_time"])
+    assert end is not None and end["error"] == says
 
 
-def in_cgroup(pid: int, directories: list[Path]) -> bool:
-    """Whether `pid` is in each of `directories` (one per hierarchy)."""
-    return all(pid in cgroup_pids([d]) for d in directories)
+@needs_cgroups
+def test_a_command_that_cannot_start_in_its_cgroup_never_runs_and_says_why(
+    supervisor_dir: Path, root: str, tmp_path: Path
+) -> None:
+    isolator = Isolator(IsolationConfig(cgroups_root=root), tmp_path, announce=False)
+    task = isolator.create("r1", {"mem": 32, "cpus": 0.1}, None).cgroup
+    assert task is not None
 
-
-class HandStarted:
-    """A supervisor started by hand with a cgroup of its own (an agent's, under the
-    test's root), and a task cgroup made as the agent makes them."""
-
-    def __init__(self, work_dir: Path, root: str) -> None:
-        self.isolator = Isolator(IsolationConfig(cgroups_root=root), work_dir, announce=False)
-        self.own = self.isolator.supervisor_cgroup()
-        self.directory = work_dir / "supervisor"
-        self.directory.mkdir(mode=0o700)
-        options = [arg for path in self.own for arg in ("--cgroup", str(path))]
-        command = [sys.executable, "-I", SUPERVISOR, str(self.directory), *options]
-        subprocess.run(command, check=True, timeout=30)
-
-    def task_cgroup(self, run: str) -> list[Path]:
-        cgroup = self.isolator.create(run, {"mem": 32, "cpus": 0.1}, None).cgroup
-        assert cgroup is not None
-        return cgroup.paths
-
-    def request(self, run: str, cgroups: list[Path], command: str, cwd: Path) -> dict[str, Any]:
+    def request(run: int, argv: list[str], cwd: Path) -> dict[str, Any]:
         return {
             "op": "spawn",
-            "id": int(run.removeprefix("r")),
-            "run": run,
-            "records": str(cwd),
-            "cgroups": [str(c) for c in cgroups],
-            "user": None,
-            "argv": ["/bin/sh", "-c", command],
+            "id": run,
+            "run": f"r{run}",
+            "records": str(tmp_path),
+            "cgroups": [str(c) for c in task.paths],
+            "user": [NOBODY.pw_uid, NOBODY.pw_gid, []],
+            "argv": argv,
             "env": {"PATH": "/usr/bin:/bin"},
             "cwd": str(cwd),
         }
 
-
-@needs_cgroups
-def test_a_command_that_cannot_be_started_never_runs_and_says_why(
-    work_dir: Path, root: str, tmp_path: Path
-) -> None:
-    hand = HandStarted(work_dir, root)
-    task = hand.task_cgroup("r1")
-    missing = [*task[:-1], task[-1].parent / "no-such-cgroup"]  # the last hierarchy's
-    with connect(hand.directory) as sock:
-        [*_, hello] = read_messages(sock, "hello")
-        assert hello["spawn"] is True  # it has a cgroup of its own to come back to
-        supervisor = hello["pid"]
-        home = cgroups_of(supervisor)
-        for request, says in [
-            ({**hand.request("r1", task, "", tmp_path), "cgroups": ["relative"]}, "absolute"),
-            (hand.request("r2", missing, "touch ran", tmp_path), "cannot join the cgroup"),
-            (hand.request("r3", [tmp_path], "touch ran", tmp_path), "no cgroup of its own"),
-            (hand.request("r4", hand.own, "touch ran", tmp_path), "the supervisor's own"),
-            (
-                {**hand.request("r5", task, "", tmp_path), "argv": ["/no/such/program"]},
-                "cannot execute /no/such/program: No such file or directory",
-            ),
-            (hand.request("r6", task, "touch ran", tmp_path / "gone"), f"sandbox {tmp_path}/gone"),
+    with connect(supervisor_dir) as sock:
+        read_messages(sock, "hello")
+        for run, argv, cwd, says in [
+            (1, ["/no/such/program"], tmp_path, "cannot execute /no/such/program: No such file"),
+            (2, ["no-such-program"], tmp_path, "cannot execute no-such-program: No such file"),
+            (3, ["/bin/sh", "-c", "touch ran"], tmp_path / "gone", f"sandbox {tmp_path}/gone"),
+            # Not the task user's to execute (0700, root's): refused as the task user.
+            (4, [str(tmp_path / "root-only")], tmp_path, "Permission denied"),
         ]:
-            _spawn(sock, request)
-            [answer] = read_messages(sock, "spawned")
-            assert says in answer.get("error", ""), (request, answer)
-            # Back in its own cgroups each time, and nothing left in the task's.
-            assert cgroups_of(supervisor) == home
-            assert cgroup_pids(task) == set()
+            (tmp_path / "root-only").write_text("#!/bin/sh\ntouch ran\n")
+            (tmp_path / "root-only").chmod(0o700)
+            _spawn(sock, request(run, argv, cwd))
+            messages = read_messages(sock, "exited")
+            assert [m["op"] for m in messages] == ["spawned", "exited"], messages  # no "ready"
+            assert says in messages[-1]["error"], messages
         assert not (tmp_path / "ran").exists()
-        # And it goes on spawning: a command in its cgroups from birth, ready at once.
-        _spawn(sock, hand.request("r7", task, "cat /proc/self/cgroup > ran", tmp_path))
+        # What can start does: as the task user, in its cgroup, ready once it executes.
+        box = tmp_path / "box"  # a sandbox, the task user's
+        box.mkdir()
+        os.chown(box, NOBODY.pw_uid, NOBODY.pw_gid)
+        script = "id -u > ran; cat /proc/self/cgroup >> ran"
+        _spawn(sock, request(5, ["/bin/sh", "-c", script], box))
         messages = read_messages(sock, "exited")
     assert [m["op"] for m in messages] == ["spawned", "ready", "exited"], messages
-    assert messages[-1]["status"] == 0
-    lines = (tmp_path / "ran").read_text()
-    assert lines.count("/r1\n") == len(task), lines  # every hierarchy: the task's cgroup
-    assert cgroups_of(supervisor) == home
+    assert messages[-1]["status"] == 0 and "error" not in messages[-1]
+    uid, *cgroups = (box / "ran").read_text().split()
+    assert int(uid) == NOBODY.pw_uid
+    assert len([line for line in cgroups if line.endswith("/r1")]) == len(task.paths), cgroups
 
 
 @needs_cgroups
-def test_a_supervisor_that_cannot_return_to_its_cgroup_records_the_command_and_exits(
-    work_dir: Path, root: str, tmp_path: Path
-) -> None:
-    hand = HandStarted(work_dir, root)
-    task = hand.task_cgroup("r1")
-    with connect(hand.directory) as sock:
-        [*_, hello] = read_messages(sock, "hello")
-        supervisor, keeper = hello["pid"], hello["keeper"]
-        # Its own cgroup in one hierarchy removed from outside (both moved out first).
-        own = hand.own[0]
-        elsewhere = own.parent / "elsewhere"
-        elsewhere.mkdir()
-        for pid in (supervisor, keeper):
-            (elsewhere / "cgroup.procs").write_text(str(pid))
-        own.rmdir()
-        waits = "touch ran; while [ ! -e go ]; do sleep 0.01; done"
-        _spawn(sock, hand.request("r1", task, waits, tmp_path))
-        frames = _supervisor.Frames()
-        messages: list[dict[str, Any]] = []
-        while data := sock.recv(65536):  # it exits: the connection ends
-            messages.extend(frames.feed(data))
-    wait_for_exit_of(supervisor)
-    spawned = _exit_log.read(hand.directory).spawned.get("r1")
-    assert spawned is not None, "the command it started is named in the exit log"
-    command, start_time = spawned
-    assert in_cgroup(command, task), "it runs, in its cgroups"
-    assert (tmp_path / "ran").exists()
-    assert "cannot return to its own cgroup" in (hand.directory / _supervisor.LOG_NAME).read_text()
-    # Its keeper reaps it and records its end.
-    (tmp_path / "go").touch()
-    deadline = time.monotonic() + 20
-    while _exit_log.read(hand.directory).end_of(command, start_time) is None:
-        assert time.monotonic() < deadline, "the keeper did not record the command's end"
-        time.sleep(0.01)
-    # As far as the socket took it before it exited, it said so too.
-    assert all(m.get("pid") == command for m in messages if m["op"] != "hello"), messages
-
-
-def wait_for_exit_of(pid: int, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while alive(pid):
-        assert time.monotonic() < deadline, f"process {pid} did not exit"
-        time.sleep(0.01)
-
-
-@needs_cgroups
-async def test_a_spawned_command_is_born_in_its_cgroups_as_its_user_and_the_supervisor_returns(
+async def test_a_spawned_command_is_its_users_in_its_cgroups_and_the_supervisor_is_not(
     work_dir: Path, recorder: Recorder, root: str
 ) -> None:
     runner = make_runner(work_dir, recorder, root)
@@ -401,53 +354,20 @@ async def test_a_spawned_command_is_born_in_its_cgroups_as_its_user_and_the_supe
         final = await recorder.wait_final("who")
         assert final.state is TaskState.FINISHED, final
         assert launcher(work_dir, "who") == "spawn"
-        uid, groups, *cgroups = (
-            (work_dir / "sandboxes" / FW / "who" / "stdout").read_text().split("\n")
-        )
+        stdout = (work_dir / "sandboxes" / FW / "who" / "stdout").read_text()
+        uid, groups, *cgroups = stdout.split("\n")
         user = pwd.getpwnam(runner.isolator.task_user_name)
         assert int(uid) == user.pw_uid != os.geteuid()
-        assert sorted(map(int, groups.split())) == sorted(
-            os.getgrouplist(user.pw_name, user.pw_gid)
-        )
+        expected = os.getgrouplist(user.pw_name, user.pw_gid)
+        assert sorted(map(int, groups.split())) == sorted(expected)
         # In the run's own cgroup in every hierarchy the agent uses, not the supervisor's.
         own = runner.isolator.supervisor_cgroup()
         mine = [line for line in cgroups if line.endswith(f"/{final.run_id}")]
         assert len(mine) == len(own), cgroups
-        # The supervisor went back to its own cgroup in each.
-        supervisor = runner.supervisor_pid
-        assert supervisor is not None and in_cgroup(supervisor, own)
-    finally:
-        await runner.shutdown()
-        runner.close()
-
-
-@needs_cgroups
-async def test_a_kill_of_a_cgroup_the_supervisor_is_in_spares_it(
-    work_dir: Path, recorder: Recorder, root: str
-) -> None:
-    runner = make_runner(work_dir, recorder, root)
-    try:
-        # SIGTERM ignored: the kill goes on to the cgroup (after the grace period).
-        runner.launch(FW, spec("stubborn", "trap '' TERM; while :; do sleep 0.05; done"))
-        await recorder.wait_state("stubborn", TaskState.RUNNING)
+        # The supervisor never left its own.
         supervisor = runner.supervisor_pid
         assert supervisor is not None
-        record = json.loads((work_dir / "meta" / FW / "stubborn" / "task.json").read_text())
-        task = Container.from_record(record["container"]).cgroup
-        assert task is not None
-        # As in the instant of a spawn: the supervisor in the run's cgroups.
-        for directory in task.paths:
-            (directory / "cgroup.procs").write_text(str(supervisor))
-        runner.kill(FW, "stubborn")
-        final = await recorder.wait_final("stubborn")
-        assert (final.state, final.exit_code) == (TaskState.KILLED, 128 + signal.SIGKILL), final
-        assert alive(supervisor), "the agent's kill of the cgroup spared the supervisor"
-        assert task.pids() == {supervisor}  # the rest is dead; the removal waits (busy)
-        for directory in runner.isolator.supervisor_cgroup():
-            (directory / "cgroup.procs").write_text(str(supervisor))
-        runner.launch(FW, spec("after", "exit 0"))  # through the same supervisor
-        assert (await recorder.wait_final("after")).state is TaskState.FINISHED
-        assert runner.supervisor_pid == supervisor
+        assert all(supervisor in cgroup_pids([d]) for d in own)
     finally:
         await runner.shutdown()
         runner.close()

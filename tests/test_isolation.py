@@ -14,7 +14,6 @@ import os
 import pwd
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -34,7 +33,7 @@ from mesolite.agent._cgroups import (
 )
 from mesolite.agent._procs import process_start_time
 from mesolite.agent._task_env import task_environment
-from mesolite.agent._task_wrapper import kill_cgroup, parse_args
+from mesolite.agent._task_wrapper import parse_args
 from mesolite.agent.errors import AgentError
 from mesolite.agent.isolation import (
     Container,
@@ -199,7 +198,8 @@ async def test_limits_are_written_from_the_tasks_resources(
         assert (dirs["memory"] / "memory.max").read_text().strip() == str(40 << 20)
         assert (dirs["pids"] / "pids.max").read_text().strip() == "100"
     # The command is in the cgroup: spawned by the supervisor, the very process the
-    # checkpoint names (born there, so by TASK_RUNNING); with a wrapper, not the wrapper.
+    # checkpoint names (it joined before it executed, so by TASK_RUNNING); with a
+    # wrapper, not the wrapper.
     cgroup = container.cgroup
     pid = _wrapper_pid(runner, "t")
     if _launcher(runner, "t") == "spawn":
@@ -213,48 +213,12 @@ async def test_limits_are_written_from_the_tasks_resources(
 async def test_a_command_starts_at_a_pids_limit_of_one(
     make_runner: MakeRunner, recorder: Recorder
 ) -> None:
-    # The supervisor is in the run's pids cgroup as it forks the command: the limit is
-    # raised by one for that instant, so the command alone fits a limit of 1.
+    # Nothing but the command counts against its limit: it alone fits a limit of 1.
     runner = make_runner(pids_limit=1)
     runner.launch(FW, spec("one", "echo started"))  # a builtin: no fork
     final = await recorder.wait_final("one")
     assert final.state is TaskState.FINISHED, final
     assert (runner.sandbox_path(FW, "one") / "stdout").read_text() == "started\n"
-
-
-def test_a_cgroup_kill_spares_who_it_is_told_to_and_then_neither_freezes_nor_kills_it(
-    tmp_path: Path,
-) -> None:
-    # A fake cgroup (files in a directory): what the kill writes to it is what it would
-    # write to a real one. "supervisor" stands for the agent's supervisor in the cgroup.
-    cgroup = tmp_path / "cgroup"
-    cgroup.mkdir()
-    (cgroup / "cgroup.freeze").write_text("0")
-    (cgroup / "freezer.state").write_text("THAWED")
-    supervisor = subprocess.Popen(["sleep", "60"])
-    victim = subprocess.Popen(["sleep", "60"])
-    another = subprocess.Popen(["sleep", "60"])
-    try:
-        (cgroup / "cgroup.procs").write_text(f"{supervisor.pid}\n{victim.pid}\n")
-        before = {f: (cgroup / f).stat().st_mtime_ns for f in ("cgroup.freeze", "freezer.state")}
-        # The fake list never empties: the kill gives up after its timeout.
-        assert not kill_cgroup([cgroup], timeout=0.2, spare={supervisor.pid})
-        assert victim.wait(timeout=10) == -signal.SIGKILL
-        assert supervisor.poll() is None, "the one to spare was signalled"
-        assert not (cgroup / "cgroup.kill").exists(), "cgroup.kill would end the supervisor"
-        after = {f: (cgroup / f).stat().st_mtime_ns for f in ("cgroup.freeze", "freezer.state")}
-        assert after == before, "the freezer would stop the supervisor"
-        (cgroup / "cgroup.procs").write_text(f"{supervisor.pid}\n")
-        assert kill_cgroup([cgroup], spare={supervisor.pid})  # nothing else: done
-        # With nobody to spare in it, the kernel's way first, as before.
-        (cgroup / "cgroup.procs").write_text(f"{another.pid}\n")
-        assert not kill_cgroup([cgroup], timeout=0.05, spare={supervisor.pid})
-        assert (cgroup / "cgroup.kill").read_text() == "1"
-        assert another.wait(timeout=10) == -signal.SIGKILL
-    finally:
-        for process in (supervisor, victim, another):
-            process.kill()
-            process.wait()
 
 
 def _launcher(runner: TaskRunner, task_id: str) -> str:
