@@ -6,9 +6,10 @@ Starting a task's wrapper as a fresh interpreter (``python -I _task_wrapper.py``
 costs tens of milliseconds of CPU per task. The supervisor pays for an interpreter
 once, and starts tasks in one of two ways:
 
-* **spawn** (a task with a cgroup): it starts the command itself, with no program in
-  between (`agent/_spawn.py`): it forks, and the child joins the task's cgroup, leads
-  a new session, becomes the task's user and executes the command. It is the command's
+* **spawn** (a task with a cgroup): it starts the command itself with
+  ``posix_spawn`` (a vfork: cheap, and cheaper still from a small process), in a new
+  session, through a ``/bin/sh`` shim (`SHIM`) that joins the task's cgroup and
+  execs ``setpriv`` to become the task's user, then the command. It is the command's
   parent, so it learns the exit status, and writes it to the exit log
   (`agent/_exit_log.py`, group commit: one write and one fsync per turn of its loop)
   before it tells the agent. No per-task waiter process: the cgroup kill (the agent's,
@@ -45,7 +46,7 @@ agent that was SIGKILLed may have left a launch in it).
     supervisor -> agent, on connecting:
         {"op": "wrappers", "wrappers": [{"pid", "start_time", "records"}, ...]}  (0 or more)
         {"op": "hello", "pid": <the supervisor's>, "keeper": <its keeper's>,
-         "spawn": true}  (whether it can spawn: older ones needed setpriv)
+         "spawn": <whether it can spawn: setpriv is there>}
     agent -> supervisor, with two file descriptors (SCM_RIGHTS): the task's stdout
     and its stderr:
         {"op": "launch", "id": N, "records": DIR, "options": [wrapper options],
@@ -60,7 +61,7 @@ agent that was SIGKILLed may have left a launch in it).
                                                   a spawned command C == P, in its cgroup
         {"op": "exited", "pid": P, "start_time": T, "status": <wait status>}
                                                   (a spawned one's: in the exit log; with
-                                                  "error" if it could not be started)
+                                                  "error" if its shim could not confine it)
 
 Every wrapper says it is ready on one pipe the supervisor reads (the wrapper's
 ``--ready-fd``, a line with its command's pid and its own); the supervisor reads that
@@ -73,14 +74,12 @@ no wrapper left, the supervisor exits.
 
 A spawned command is named in the exit log ("spawned", with its task run) before the
 agent hears its pid, so an agent that died before it checkpointed the pid finds it
-there. Its child's report pipe (close-on-exec) ends without a word once the command
-executes, in its cgroup, as its user: then it is "ready"; or says why the command could
-not start (then the child exits 127 and its "exited" has the "error"). The pipe is read
-to its end before the supervisor tells of the child's end, so "ready" comes before
-"exited". Left open: a supervisor killed in the few instructions between the fork and
-that line leaves a command nobody names; the agent fails the run and removes its
-cgroup, which ends the command, or, if the command joined it just as it was removed,
-leaves it contained there until the next agent start removes the cgroups no task owns.
+there. Its shim says on one pipe (fd 3) once it is in its cgroup, read before the
+supervisor tells of what it reaped, so "ready" comes before "exited". Left open: a
+supervisor killed in the few instructions between ``posix_spawn`` returning and that
+line leaves a command nobody names; the agent fails the run and removes its cgroup,
+which ends the command, or, if the command joined it just as it was removed, leaves
+it contained there until the next agent start removes the cgroups no task owns.
 
 Standard library and the wrapper only (run by path: the agent's package, grpc and
 all, is never imported).
@@ -94,6 +93,7 @@ import gc
 import json
 import os
 import selectors
+import shutil
 import signal
 import socket
 import struct
@@ -120,8 +120,6 @@ if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
     _bootstrap()
 
 from mesolite.agent import _exit_log, _task_wrapper
-from mesolite.agent._spawn import Command, SpawnError, read_report
-from mesolite.agent._spawn import start as start_command
 from mesolite.agent.errors import AgentError
 
 SOCKET_NAME = "socket"
@@ -136,6 +134,19 @@ _MAX_OUTPUT = 16 << 20  # bytes queued for an agent that does not read: then it 
 _FIRST_CONNECTION_TIMEOUT = 30.0
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
+_ERROR_FD = 3  # where a spawned command's shim says why it could not confine it
+SHELL = "/bin/sh"
+SETPRIV = shutil.which("setpriv") or ""  # util-linux: the user switch of a spawned command
+# Run by /bin/sh between the supervisor's posix_spawn and the task's command (started
+# in the sandbox): into each of the task's cgroups ("0": the writing process), then exec
+# the rest (setpriv to the task's user, then the command). It says on fd 3 that it is
+# in its cgroup (its pid alone: the supervisor tells the agent the command is ready),
+# or why it could not get there (its pid and why), and then ends with 127.
+SHIM = (
+    'while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '
+    '{ echo "$$ cannot join the cgroup $1" >&3; exit 127; }; shift; done; shift; '
+    'echo "$$" >&3; exec "$@" 3>&-'
+)
 
 
 class FrameError(AgentError, ValueError):
@@ -227,7 +238,7 @@ class Launch:
 
 @dataclass(frozen=True, slots=True)
 class Spawn:
-    """A spawn request, checked: the task's command itself, confined by its child."""
+    """A spawn request, checked: the task's command itself, confined by the shim."""
 
     id: int
     run: str
@@ -250,6 +261,8 @@ class Spawn:
             raise FrameError("a spawn's records and cwd are strings, cwd an absolute path")
         if not _strings(cgroups) or not cgroups or not all(c.startswith("/") for c in cgroups):
             raise FrameError("a spawn's cgroups are absolute paths, at least one")
+        if "--" in cgroups:
+            raise FrameError("a spawn's cgroups are absolute paths, at least one")
         if not _strings(argv) or not argv:
             raise FrameError("a spawn's argv is a list of strings, not empty")
         if not isinstance(env, dict) or not all(
@@ -267,8 +280,19 @@ class Spawn:
                 or not all(isinstance(g, int) and g >= 0 for g in ids[2])
             ):
                 raise FrameError("a spawn's user is [uid, gid, [groups]]")
+            if not SETPRIV:
+                raise FrameError("this supervisor cannot switch users: no setpriv")
             switch = (ids[0], ids[1], list(ids[2]))
         return cls(request_id, run, records, list(cgroups), switch, argv, env, cwd)
+
+    def shim_argv(self) -> list[str]:
+        """What the supervisor executes: the shim, its arguments, then the command."""
+        argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]
+        if self.user is not None:
+            uid, gid, groups = self.user
+            keep = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+            argv += [SETPRIV, f"--reuid={uid}", f"--regid={gid}", keep, "--"]
+        return argv + self.argv
 
 
 def _strings(value: object) -> TypeGuard[list[str]]:
@@ -294,9 +318,11 @@ class Supervisor:
         self._children: dict[int, tuple[int, str]] = {}  # pid -> (start time, records)
         self._spawned: set[int] = set()  # those of the children that are task commands
         self._exits = _exit_log.ExitLogWriter(directory)
-        # A spawned command's child's report pipe, until its end (pid -> fd, what it said).
-        self._reports: dict[int, tuple[int, bytearray]] = {}
-        self._errors: dict[int, str] = {}  # pid -> why the command could not start
+        # Spawned commands' shims write why they could not confine one (pid, reason).
+        self._errors_read, self._errors_write = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(self._errors_read, False)
+        self._error_lines = bytearray()
+        self._errors: dict[int, str] = {}
         self._agent: _Connection | None = None
         self._served = False
         self._selector = selectors.DefaultSelector()
@@ -318,6 +344,7 @@ class Supervisor:
         self._selector.register(self._listener, selectors.EVENT_READ, "accept")
         self._selector.register(self._wakeup_read, selectors.EVENT_READ, "reap")
         self._selector.register(self._ready_read, selectors.EVENT_READ, "ready")
+        self._selector.register(self._errors_read, selectors.EVENT_READ, "shims")
         started = time.monotonic()
         self.say("started")
         gc.freeze()  # what is here now stays shared with the wrappers forked from it
@@ -334,8 +361,8 @@ class Supervisor:
                             pass
                 elif key.data == "ready":
                     self._read_ready()
-                elif isinstance(key.data, int):  # a spawned command's report
-                    self._read_report(key.data)
+                elif key.data == "shims":
+                    self._read_errors()
                 elif (
                     self._agent is not None
                     and key.fileobj is self._agent.sock
@@ -379,7 +406,9 @@ class Supervisor:
         ]
         for i in range(0, len(wrappers), WRAPPERS_PER_FRAME):
             self._send({"op": "wrappers", "wrappers": wrappers[i : i + WRAPPERS_PER_FRAME]})
-        self._send({"op": "hello", "pid": self._pid, "keeper": self._keeper, "spawn": True})
+        self._send(
+            {"op": "hello", "pid": self._pid, "keeper": self._keeper, "spawn": bool(SETPRIV)}
+        )
 
     def _drop(self, why: str) -> None:
         agent, self._agent = self._agent, None
@@ -476,36 +505,41 @@ class Supervisor:
         self._send({"op": "spawned", "id": launch.id, "pid": pid, "start_time": start_time})
 
     def _spawn(self, agent: _Connection, message: Mapping[str, Any]) -> None:
-        """Start a task's command itself, in a new session, through a child that joins
-        its cgroup and becomes its user (`agent/_spawn.py`)."""
+        """Start a task's command itself (posix_spawn: a vfork, cheap from here), in a
+        new session, through the shim that confines it (`SHIM`)."""
         if len(agent.fds) < LAUNCH_FDS:
             raise FrameError(f"a spawn needs {LAUNCH_FDS} file descriptors")
         fds, agent.fds = agent.fds[:LAUNCH_FDS], agent.fds[LAUNCH_FDS:]
         try:
             spawn = Spawn.parse(message)
             stdout, stderr = fds
-            pid, report = start_command(
-                Command(
-                    spawn.argv,
-                    spawn.env,
-                    spawn.cwd,
-                    spawn.cgroups,
-                    spawn.user,
-                    self._devnull,
-                    stdout,
-                    stderr,
-                )
+            # posix_spawn has no chdir here: the supervisor (one thread) steps into the
+            # sandbox for the spawn, and out again so as not to hold it.
+            os.chdir(spawn.cwd)
+            pid = os.posix_spawn(
+                SHELL,
+                spawn.shim_argv(),
+                spawn.env,
+                file_actions=[
+                    (os.POSIX_SPAWN_DUP2, self._devnull, 0),
+                    (os.POSIX_SPAWN_DUP2, stdout, 1),
+                    (os.POSIX_SPAWN_DUP2, stderr, 2),
+                    (os.POSIX_SPAWN_DUP2, self._errors_write, _ERROR_FD),
+                ],
+                setsid=True,
+                # As subprocess does: what Python ignores (SIGPIPE, SIGXFSZ), a command
+                # must not inherit ignored.
+                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
             )
-        except (FrameError, SpawnError) as e:
+        except (FrameError, OSError) as e:
             if isinstance(e, FrameError) and not isinstance(message.get("id"), int):
                 raise  # not even a request to answer
             self._send({"op": "spawned", "id": message["id"], "error": str(e)})
             return
         finally:
+            os.chdir("/")
             for fd in fds:
                 os.close(fd)
-        self._reports[pid] = (report, bytearray())
-        self._selector.register(report, selectors.EVENT_READ, pid)
         start_time = _task_wrapper.start_time_of(pid)  # not reaped yet: still this child
         self._children[pid] = (start_time, spawn.records)
         self._spawned.add(pid)
@@ -521,21 +555,22 @@ class Supervisor:
         )
         self._send({"op": "spawned", "id": spawn.id, "pid": pid, "start_time": start_time})
 
-    def _read_report(self, pid: int) -> None:
-        """What spawned command `pid`'s child says: at its end, nothing (the command
-        executes: ready, told to the agent) or why it could not start (told with its end)."""
-        fd, said = self._reports[pid]
-        data, ended = read_report(fd)
-        said += data
-        if not ended:
-            return
-        del self._reports[pid]
-        self._selector.unregister(fd)
-        os.close(fd)
-        if said:
-            self._errors[pid] = said.decode(errors="replace")
-        else:
-            self._send({"op": "ready", "pid": pid, "command": pid})
+    def _read_errors(self) -> None:
+        """What spawned commands' shims said: "PID" (in its cgroup: ready, told to the
+        agent) or "PID REASON" (it could not be confined, told when it is reaped)."""
+        with contextlib.suppress(BlockingIOError):
+            while data := os.read(self._errors_read, 1 << 16):
+                self._error_lines += data
+        *lines, rest = self._error_lines.split(b"\n")
+        self._error_lines = bytearray(rest)
+        for line in lines:
+            pid, _, why = line.decode(errors="replace").partition(" ")
+            if not pid.isdigit():
+                self.say(f"ignored a line from a shim that is not a pid: {line!r}")
+            elif why:
+                self._errors[int(pid)] = why
+            else:
+                self._send({"op": "ready", "pid": int(pid), "command": int(pid)})
 
     def _become_wrapper(self, launch: Launch, fds: list[int]) -> None:
         """In the forked child: set up as the agent used to start the wrapper, and run it."""
@@ -597,12 +632,9 @@ class Supervisor:
             reaped.append((pid, start_time, status))
         if not reaped:
             return
-        # A wrapper said it was ready before it ended, a spawned command's child said
-        # how it went: that comes first (a dead child's report is whole).
+        # A wrapper said it was ready before it ended: that comes first.
         self._read_ready()
-        for pid, _, _ in reaped:
-            if pid in self._reports:
-                self._read_report(pid)
+        self._read_errors()
         messages: list[dict[str, Any]] = []
         for pid, start_time, status in reaped:
             message: dict[str, Any] = {

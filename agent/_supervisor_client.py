@@ -95,7 +95,7 @@ class SupervisorClient:
         self._next_id = 0
         self.pid: int | None = None
         self._start_time: int | None = None
-        self.can_spawn = False  # whether the supervisor reached can `spawn` (it says)
+        self.can_spawn = False  # whether the supervisor reached can `spawn` (setpriv)
         self._keeper: tuple[int, int] | None = None  # pid, start time
         # records directory -> (pid, start time) of the wrappers it said it runs
         self._wrappers: dict[str, tuple[int, int]] = {}

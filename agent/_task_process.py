@@ -5,9 +5,9 @@ what becomes of their transitions, is the task runner's business (`agent/tasks.p
 A task is ``/bin/sh -c <command>`` started by the agent's supervisor
 (`agent/_supervisor.py`, reached through `agent/_supervisor_client.py`), which outlives
 the agent, in a new session. With a cgroup (`launcher` "spawn") the supervisor spawns
-the command itself, forked straight into the task's cgroup and user
-(`agent/_spawn.py`), and writes its exit status to its exit log (`agent/_exit_log.py`);
-in the process-tree fallback ("wrapper") it forks a task wrapper (`agent._task_wrapper`)
+the command itself, its shim joins the task's cgroup and switches to its user, and
+the supervisor writes its exit status to its exit log (`agent/_exit_log.py`); in the
+process-tree fallback ("wrapper") it forks a task wrapper (`agent._task_wrapper`)
 that leads the task's process group, puts the command into its rlimits and user,
 and writes its exit status to the task's records directory (`exit.json`). Either
 way the status survives the agent. The agent hears of the end from the supervisor,
@@ -245,10 +245,10 @@ class TaskProcesses:
 
     async def _follow_spawned(self, t: TaskRun, spawned: Spawned) -> TaskTransition:
         """A command the supervisor started itself (in its own session): RUNNING once
-        it executes, in its cgroup, as its user; followed to its end, which the
-        supervisor tells once it is in the exit log."""
+        its shim is in its cgroup; followed to its end, which the supervisor tells once
+        it is in the exit log."""
         try:
-            # Said once it executes (or it ends, saying why it could not).
+            # Its shim says so once it is in its cgroup (or it ends without a word).
             command = await spawned.ready
         except SupervisorGone as e:
             return await self._adopt(t, spawned, e)
@@ -308,7 +308,7 @@ class TaskProcesses:
             log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
             why = f"could not set up the task's cgroup: {e}"
             raise _SetUpFailed(why, sandbox_ready=True) from e
-        # With a cgroup to join, the supervisor can start the command itself (its child
+        # With a cgroup to join, the supervisor can start the command itself (its shim
         # joins the cgroup and switches user); else a wrapper (rlimits, a subreaper).
         can_spawn = self._spawn and self._supervisor.can_spawn and container.cgroup is not None
         t.launcher = "spawn" if can_spawn else "wrapper"

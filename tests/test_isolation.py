@@ -198,7 +198,7 @@ async def test_limits_are_written_from_the_tasks_resources(
         assert (dirs["memory"] / "memory.max").read_text().strip() == str(40 << 20)
         assert (dirs["pids"] / "pids.max").read_text().strip() == "100"
     # The command is in the cgroup: spawned by the supervisor, the very process the
-    # checkpoint names (it joined before it executed, so by TASK_RUNNING); with a
+    # checkpoint names (its shim joined before it said so, so by TASK_RUNNING); with a
     # wrapper, not the wrapper.
     cgroup = container.cgroup
     pid = _wrapper_pid(runner, "t")
@@ -213,7 +213,8 @@ async def test_limits_are_written_from_the_tasks_resources(
 async def test_a_command_starts_at_a_pids_limit_of_one(
     make_runner: MakeRunner, recorder: Recorder
 ) -> None:
-    # Nothing but the command counts against its limit: it alone fits a limit of 1.
+    # Nothing but the command counts against its limit (the supervisor never steps
+    # into a task's cgroup): it alone fits a limit of 1.
     runner = make_runner(pids_limit=1)
     runner.launch(FW, spec("one", "echo started"))  # a builtin: no fork
     final = await recorder.wait_final("one")
