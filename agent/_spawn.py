@@ -48,14 +48,13 @@ Standard library only (the supervisor runs without the agent's package).
 
 from __future__ import annotations
 
-import _posixsubprocess
 import contextlib
 import os
-import sys
+import shutil
+import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from mesolite.agent.errors import AgentError
 
@@ -64,9 +63,7 @@ _PIDS_MAX = "pids.max"
 _CPU_QUOTA = ("cpu.cfs_quota_us", "cpu.max")  # v1, v2
 _PIDS_RANK = 2  # joined last, left first
 _SELF = b"0"  # to cgroup.procs: the writing process
-# The private function `subprocess` calls; its last argument, allow_vfork, went in 3.14.
-_FORK_EXEC: Any = _posixsubprocess.fork_exec
-_HAS_ALLOW_VFORK = sys.version_info < (3, 14)
+SETPRIV = shutil.which("setpriv") or ""  # util-linux: the user switch
 
 
 class SpawnError(AgentError):
@@ -139,30 +136,20 @@ class Confiner:
         steps = self._plan(cgroups)
         joined: list[_Step] = []
         limit: tuple[Path, int] | None = None
-        forked: tuple[int, int] | None = None
+        pid: int | None = None
         try:
             last = steps[-1]
             limit = _raise_pids_limit(last.directory) if last.home.rank == _PIDS_RANK else None
             for step in steps:
                 _join(step.directory)
                 joined.append(step)
-            forked = _fork(command)
+            started = _spawn(command)
+            pid = started
         finally:
-            # Out at once: the child is in the cgroups from its fork, whether or not it
-            # has executed the command yet.
             stuck = self._leave(joined, limit)
-            if stuck and forked is None:
-                raise Stranded(_stranded(stuck), None)
-        pid, errors = forked
-        try:
-            _wait_for_exec(pid, errors, command)
-        except SpawnError:
             if stuck:
-                raise Stranded(_stranded(stuck), None) from None
-            raise
-        if stuck:
-            raise Stranded(_stranded(stuck), pid)
-        return pid
+                raise Stranded(_stranded(stuck), pid)
+        return started
 
     def _plan(self, cgroups: Sequence[str]) -> list[_Step]:
         """The task's directories, each with the supervisor's own cgroup in its hierarchy,
@@ -240,90 +227,43 @@ def _stranded(stuck: list[str]) -> str:
     return "the supervisor cannot return to its own cgroup: " + "; ".join(stuck)
 
 
-def _fork(command: Command) -> tuple[int, int]:
-    """Fork the child that executes `command`: its pid, and the pipe on which it says
-    why it could not (`_wait_for_exec`). Raises `SpawnError` if it could not fork."""
-    uid, gid, groups = command.user if command.user is not None else (None, None, None)
+def _spawn(command: Command) -> int:
+    """posix_spawn (a vfork: the supervisor's memory is not copied) `command`, through
+    ``setpriv`` if it takes a user; returns once the first program executes. Raises
+    `SpawnError` if it could not."""
+    argv = list(command.argv)
+    if command.user is not None:
+        if not SETPRIV:
+            raise SpawnError("cannot switch to the task's user: no setpriv here")
+        uid, gid, groups = command.user
+        keep = f"--groups={','.join(map(str, groups))}" if groups else "--clear-groups"
+        argv = [SETPRIV, f"--reuid={uid}", f"--regid={gid}", keep, "--", *argv]
+    elif "/" not in argv[0]:
+        argv[0] = shutil.which(argv[0], path=command.env.get("PATH", os.defpath)) or argv[0]
     try:
-        env = [os.fsencode(f"{k}={v}") for k, v in command.env.items()]
-        executables = _executables(command.argv[0], command.env)
-    except ValueError as e:
-        raise SpawnError(f"cannot execute {command.argv[0]!r}: {e}") from None
-    errors_read, errors_write = os.pipe2(os.O_CLOEXEC)
+        # posix_spawn has no chdir here: the supervisor (one thread) steps into the
+        # sandbox for the spawn, and out again so as not to hold it.
+        os.chdir(command.cwd)
+    except OSError as e:
+        raise SpawnError(f"cannot enter the sandbox {command.cwd}: {e.strerror}") from None
     try:
-        args: list[Any] = [
-            list(command.argv),
-            executables,
-            False,  # close_fds: every descriptor of the supervisor's is close-on-exec
-            (),
-            command.cwd,
-            env,
-            command.stdin,
-            -1,
-            -1,
-            command.stdout,
-            -1,
-            command.stderr,
-            errors_read,
-            errors_write,
-            True,  # restore_signals: SIGPIPE and SIGXFSZ, which Python ignores
-            True,  # call_setsid
-            -1,  # pgid_to_set
-            gid,
-            list(groups) if groups is not None else None,
-            uid,
-            -1,  # child_umask: the supervisor's
-            None,  # preexec_fn: none, so no Python runs in the child
-        ]
-        if _HAS_ALLOW_VFORK:
-            args.append(True)
-        pid = int(_FORK_EXEC(*args))
-    except (OSError, ValueError) as e:
-        os.close(errors_read)
-        raise SpawnError(f"cannot fork the command: {e}") from None
-    finally:
-        os.close(errors_write)
-    return pid, errors_read
-
-
-def _wait_for_exec(pid: int, errors_read: int, command: Command) -> None:
-    """Wait until the child executed `command` (the pipe closes) or said why it could
-    not; raises `SpawnError` then, once the child is reaped."""
-    try:
-        report = bytearray()
-        while chunk := os.read(errors_read, 4096):  # end of file: it executed
-            report += chunk
-    finally:
-        os.close(errors_read)
-    if report:
-        os.waitpid(pid, 0)
-        raise SpawnError(exec_error(bytes(report), command))
-
-
-def _executables(program: str, env: Mapping[str, str]) -> list[bytes]:
-    """Where to look for `program`: itself if it has a slash, else along the task's PATH."""
-    if "/" in program:
-        return [os.fsencode(program)]
-    path = env.get("PATH", os.defpath)
-    return [os.fsencode(os.path.join(d or ".", program)) for d in path.split(os.pathsep)]
-
-
-def exec_error(report: bytes, command: Command) -> str:
-    """Why the child could not start `command`, from what it wrote on the error pipe
-    (``OSError:<hex errno>:``, then ``noexec`` if it failed before the exec: in 3.11,
-    whether at the working directory, a descriptor, the session or the user)."""
-    kind, _, rest = report.partition(b":")
-    code, _, where = rest.partition(b":")
-    try:
-        reason = os.strerror(int(code, 16)) if kind == b"OSError" else where.decode()
-    except ValueError:
-        reason = report.decode(errors="replace")
-    if where == b"noexec:chdir":  # CPython 3.12 on
-        return f"cannot enter the sandbox {command.cwd}: {reason}"
-    if where.startswith(b"noexec"):
-        user = "" if command.user is None else f", user {command.user[0]}"
-        return (
-            f"cannot set up the command before its exec (the sandbox {command.cwd}, "
-            f"its descriptors, session{user}): {reason}"
+        return os.posix_spawn(
+            argv[0],
+            argv,
+            command.env,
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, command.stdin, 0),
+                (os.POSIX_SPAWN_DUP2, command.stdout, 1),
+                (os.POSIX_SPAWN_DUP2, command.stderr, 2),
+            ],
+            setsid=True,
+            # As subprocess does: what Python ignores (SIGPIPE, SIGXFSZ), a command
+            # must not inherit ignored.
+            setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),
         )
-    return f"cannot execute {command.argv[0]}: {reason}"
+    except OSError as e:
+        raise SpawnError(f"cannot execute {argv[0]}: {e.strerror}") from None
+    except ValueError as e:
+        raise SpawnError(f"cannot execute {argv[0]}: {e}") from None
+    finally:
+        os.chdir("/")

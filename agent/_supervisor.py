@@ -47,7 +47,7 @@ agent that was SIGKILLed may have left a launch in it).
     supervisor -> agent, on connecting:
         {"op": "wrappers", "wrappers": [{"pid", "start_time", "records"}, ...]}  (0 or more)
         {"op": "hello", "pid": <the supervisor's>, "keeper": <its keeper's>,
-         "spawn": <whether it can spawn: it has a cgroup of its own to return to>}
+         "spawn": <whether it can spawn: a cgroup of its own to return to, setpriv>}
     agent -> supervisor, with two file descriptors (SCM_RIGHTS): the task's stdout
     and its stderr:
         {"op": "launch", "id": N, "records": DIR, "options": [wrapper options],
@@ -124,7 +124,7 @@ if __name__ == "__main__" and not __package__:  # run by path: see `_bootstrap`
     _bootstrap()
 
 from mesolite.agent import _exit_log, _task_wrapper
-from mesolite.agent._spawn import Command, Confiner, SpawnError, Stranded
+from mesolite.agent._spawn import SETPRIV, Command, Confiner, SpawnError, Stranded
 from mesolite.agent.errors import AgentError
 
 SOCKET_NAME = "socket"
@@ -385,7 +385,7 @@ class Supervisor:
                 "op": "hello",
                 "pid": self._pid,
                 "keeper": self._keeper,
-                "spawn": self._confiner.can_spawn,
+                "spawn": self._confiner.can_spawn and bool(SETPRIV),
             }
         )
 
