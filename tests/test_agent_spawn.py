@@ -134,11 +134,12 @@ async def test_a_spawned_command_starts_with_no_signal_ignored_and_no_stray_fd(
         assert final.state is TaskState.FINISHED, final
         assert launcher(work_dir, "sig") == "spawn"
         # Python ignores SIGPIPE and SIGXFSZ: `yes | head` would never end if the
-        # command did too. Nothing else is ignored either.
+        # command did too. (glibc's posix_spawn leaves its own two internal signals,
+        # 32 and 33, ignored: only glibc uses them, and it sets their handlers itself.)
         stdout = (work_dir / "sandboxes" / FW / "sig" / "stdout").read_text()
         label, mask, *fds = stdout.split()
         ignored = {n + 1 for n in range(64) if int(mask, 16) >> n & 1}
-        assert label == "SigIgn:" and ignored == set(), stdout
+        assert label == "SigIgn:" and ignored <= {32, 33}, stdout
         assert fds == ["0", "1", "2"], stdout  # nothing of the supervisor's leaks in
     finally:
         await runner.shutdown()
