@@ -418,11 +418,7 @@ def test_a_guarantee_is_taken_back_only_as_far_as_the_role_declared_it_needs(
     # Scheduler caps min-share starvation at the demand, 2 tasks are taken back, not 6
     # (4 CPUs taken from `first` for nobody).
     core = cluster(tmp_path)
-    agent = core.add_agent("cpus:8;mem:4096")
-    star = core.subscribe("first", role="*")
-    fill(core, star, agent, 8)
-    gold = core.subscribe("gold", role="gold")
+    star, _, _, gold = gold_arrives(core)
     core.master.declare_demand(gold.framework_id, [(Resources(cpus=1, mem=64), 2)])
-    core.master.check_preemption()
     assert cycle(core, 15) == 2
     assert len(star.peer.take(msg.Preemption)) == 2
