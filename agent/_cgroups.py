@@ -158,6 +158,28 @@ class Cgroup:
             return self._stats_v2()
         return self._stats_v1()
 
+    def limits_hit(self) -> CgroupStats:
+        """What `stats` says of the limits the run ran into (OOM kills, and then the
+        peak; forks refused), and nothing else: its end needs no more (three reads at
+        most, not eight)."""
+        memory, pids = self.dirs.get("memory"), self.dirs.get("pids")
+        if self.version == 2:
+            oom = _keyed(memory / "memory.events").get("oom_kill", 0) if memory else 0
+            peak = _int(memory / "memory.peak") if memory and oom else None
+        else:
+            oom = _keyed(memory / "memory.oom_control").get("oom_kill", 0) if memory else 0
+            peak = _int(memory / "memory.max_usage_in_bytes") if memory and oom else None
+        return CgroupStats(
+            mem_bytes=None,
+            mem_peak_bytes=peak,
+            mem_limit_bytes=None,
+            oom_kills=oom,
+            cpu_seconds=None,
+            throttled_seconds=None,
+            processes=None,
+            pids_limit_hits=_keyed(pids / "pids.events").get("max", 0) if pids else 0,
+        )
+
     def _stats_v1(self) -> CgroupStats:
         memory, cpu = self.dirs.get("memory"), self.dirs.get("cpu")
         cpuacct, pids = self.dirs.get("cpuacct"), self.dirs.get("pids")

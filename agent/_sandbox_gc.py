@@ -55,7 +55,8 @@ def filesystem_usage(path: Path) -> float:
 
 def scan(work_dir: Path) -> list[EndedSandbox]:
     """Every task directory under sandboxes/ and meta/, by task, with the latest of the
-    modification times of its sandbox and of its records' task.json (or their directory)."""
+    modification times of its sandbox (set as its task ended) and of its records (an
+    older agent's task.json, or the directory)."""
     written: dict[TaskKey, float] = {}
     for name, marker in zip(_ROOTS, _MARKERS, strict=True):
         root = work_dir / name

@@ -23,6 +23,7 @@ signal N reports exit code 128 + N, as a shell would.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import signal
@@ -36,7 +37,7 @@ import structlog
 
 from mesolite.agent import _exit_log, _task_wrapper
 from mesolite.agent._cgroups import CgroupStats
-from mesolite.agent._checkpoint import read_json, write_json_atomically
+from mesolite.agent._checkpoint import read_json
 from mesolite.agent._procs import (
     find_process,
     is_alive,
@@ -46,19 +47,17 @@ from mesolite.agent._procs import (
 )
 from mesolite.agent._supervisor_client import Spawned, SupervisorClient, SupervisorGone
 from mesolite.agent._task_env import task_environment
+from mesolite.agent._task_log import TaskLogWriter
 from mesolite.agent._task_records import (
-    CHECKPOINT_FILE,
     EXIT_FILE,
     WRAPPER_FILE,
     TaskRun,
     TaskTransition,
-    checkpoint_record,
     describe_exit,
     off_loop,
     prepare_records,
     prepare_sandbox,
     returncode_of,
-    write_checkpoint,
 )
 from mesolite.agent.errors import AgentError
 from mesolite.agent.isolation import Container, Isolator, TaskUser, TaskUserError
@@ -105,6 +104,7 @@ class TaskProcesses:
         self,
         report: Callable[[TaskTransition], object],
         *,
+        checkpoints: TaskLogWriter,
         shell: str,
         kill_grace_period: float,
         isolator: Isolator,
@@ -112,6 +112,7 @@ class TaskProcesses:
         spawn: bool = True,
     ) -> None:
         self._report = report
+        self._checkpoints = checkpoints
         self._shell = shell
         self._grace = kill_grace_period
         self._isolator = isolator
@@ -176,6 +177,9 @@ class TaskProcesses:
             return t.transition(TaskState.FAILED, str(e))
         t.sandbox_ready = True
         t.container = container
+        # Before the command exists: a restarted agent then knows the run never got
+        # going (and which cgroup it had), rather than finding nothing.
+        await self._checkpoints.checkpoint(t)
         try:
             if t.kill_requested:
                 return t.transition(TaskState.KILLED, "killed before it started")
@@ -237,7 +241,7 @@ class TaskProcesses:
             return
         t.started = time.time()
         t.state = t.live_state = TaskState.RUNNING
-        await write_checkpoint(t, durable=False)  # its pid: no use after a crash
+        await self._checkpoints.checkpoint(t, durable=False)  # its pid: no use after a crash
         log.debug("task running", framework_id=t.framework_id, task_id=t.spec.task_id, pid=t.pid)
         self._report(t.transition(TaskState.RUNNING))
         if t.kill_requested:
@@ -293,10 +297,16 @@ class TaskProcesses:
         return await self._watch(t, adopting=True)
 
     def _set_up(self, t: TaskRun, user: TaskUser | None) -> tuple[IO[bytes], IO[bytes], Container]:
-        """The run's records directory, its sandbox with its stdout and stderr, and its
-        container. Blocking; raises `_SetUpFailed`."""
+        """The run's sandbox with its stdout and stderr, its container and, for a
+        wrapper, its records directory. Blocking; raises `_SetUpFailed`."""
+        # With a cgroup to join, the supervisor can start the command itself (its shim
+        # joins the cgroup and switches user); else a wrapper (rlimits, a subreaper),
+        # which records the command's end in the run's records directory.
+        can_spawn = self._spawn and self._supervisor.can_spawn and self._isolator.has_cgroups
+        t.launcher = "spawn" if can_spawn else "wrapper"
         try:
-            prepare_records(t.records)
+            if t.launcher == "wrapper":
+                prepare_records(t.records)
             stdout, stderr = prepare_sandbox(t.sandbox, user)
         except OSError as e:
             raise _SetUpFailed(f"could not create the sandbox: {e}", sandbox_ready=False) from e
@@ -308,19 +318,7 @@ class TaskProcesses:
             log.error("could not set up a task's container", task_id=t.spec.task_id, error=e)
             why = f"could not set up the task's cgroup: {e}"
             raise _SetUpFailed(why, sandbox_ready=True) from e
-        # With a cgroup to join, the supervisor can start the command itself (its shim
-        # joins the cgroup and switches user); else a wrapper (rlimits, a subreaper).
-        can_spawn = self._spawn and self._supervisor.can_spawn and container.cgroup is not None
-        t.launcher = "spawn" if can_spawn else "wrapper"
-        # Before the wrapper exists: a restarted agent then knows the run never got
-        # going (and which cgroup it had), rather than finding nothing. Written here,
-        # without `write_checkpoint`'s lock: until the run has a pid nothing else writes.
-        try:
-            write_json_atomically(
-                t.records / CHECKPOINT_FILE, checkpoint_record(t, None, container)
-            )
-        except OSError as e:
-            log.warning("could not write checkpoint", task_id=t.spec.task_id, error=str(e))
+        assert t.launcher == "wrapper" or container.cgroup is not None
         return stdout, stderr, container
 
     async def _watch(self, t: TaskRun, *, adopting: bool = False) -> TaskTransition:
@@ -341,13 +339,13 @@ class TaskProcesses:
                 return t.transition(TaskState.LOST, "the agent stopped before the task could start")
             t.pid, t.start_time = found
             bound = bound.bind(pid=t.pid)
-            await write_checkpoint(t)
+            await self._checkpoints.checkpoint(t)
         if t.start_time is not None and is_alive(t.pid, t.start_time):
             bound.info("re-attached to a running task")
             if t.live_state is TaskState.STARTING:
                 # The previous agent died before it could say so.
                 t.state = t.live_state = TaskState.RUNNING
-                await write_checkpoint(t)
+                await self._checkpoints.checkpoint(t)
                 self._report(t.transition(TaskState.RUNNING))
             if t.kill_requested:
                 bound.info("resuming the kill that was under way")
@@ -475,7 +473,12 @@ class TaskProcesses:
         if not wrapper_cleaned_up and process_start_time(t.pid) is None:
             signal_group(t.pid, signal.SIGKILL)
         # Whatever the command left (a setsid child, a double fork) ends with it.
-        return record, t.container.clean_up() if t.container else None
+        stats = t.container.clean_up() if t.container else None
+        # The sandbox's age, for its garbage collection (`agent/_sandbox_gc.py`), counts
+        # from the end of its task.
+        with contextlib.suppress(OSError):
+            os.utime(t.sandbox, follow_symlinks=False)
+        return record, stats
 
     def _environment(self, t: TaskRun) -> dict[str, str]:
         user = t.container.user if t.container is not None else None
@@ -511,7 +514,7 @@ class TaskProcesses:
         bound = log.bind(framework_id=t.framework_id, task_id=t.spec.task_id, pid=pid)
         # `killing` on disk first, so that an agent restarted after the signal
         # reports the end as KILLED, not as a failure.
-        await write_checkpoint(t)
+        await self._checkpoints.checkpoint(t)
         if t.exited.is_set():
             return
         bound.info("sending SIGTERM to the task's process group")

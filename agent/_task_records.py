@@ -1,17 +1,18 @@
 """A task as the agent keeps it: its record in memory, and that record on disk.
 
 `TaskRun` is what the task runner (`agent/tasks.py`) knows of one run of a
-task; `checkpoint_record` and `task_from_checkpoint` turn it into the
-`task.json` a restarted agent reads back, and `returncode_of` /
-`describe_exit` read the wrapper's `exit.json`, and `write_checkpoint` writes
-`task.json`. Nothing here starts, signals or waits for a process.
+task; `checkpoint_record` and `task_from_checkpoint` turn it into the checkpoint
+a restarted agent reads back (one line of the agent's task log,
+`agent/_task_log.py`), and `returncode_of` / `describe_exit` read the wrapper's
+`exit.json`. Nothing here starts, signals or waits for a process.
 
-A task's records (`task.json`, which holds its environment, and the wrapper's
-`exit.json` and `wrapper.json`) are in its records directory,
-``<work_dir>/meta/<framework_id>/<task_id>/``, under a ``meta`` that only the
-agent's user may enter (0700): tasks, which may run as another user and own
-their sandboxes, can neither read nor replace them. (Agents before this layout
-kept them in the sandbox; `scan_checkpoints` still finds those.)
+A wrapper's records (its `exit.json` and `wrapper.json`) are in the run's records
+directory, ``<work_dir>/meta/<framework_id>/<task_id>/``, under a ``meta`` that only
+the agent's user may enter (0700): tasks, which may run as another user and own
+their sandboxes, can neither read nor replace them. A command the supervisor
+spawns itself has its end in the supervisor's exit log instead, and no records
+directory. (Agents before the task log kept a ``task.json`` checkpoint there, and
+before that in the sandbox; `scan_checkpoints` still finds those.)
 """
 
 from __future__ import annotations
@@ -32,8 +33,9 @@ from typing import IO, Any, TypeVar
 import structlog
 
 from mesolite.agent import _task_wrapper
-from mesolite.agent._checkpoint import read_json, write_json_atomically
+from mesolite.agent._checkpoint import read_json
 from mesolite.agent.isolation import Container, TaskUser
+from mesolite.files import fsync_directory
 from mesolite.model import RunningTask, TaskSpec, TaskState
 from mesolite.resources import Resources
 
@@ -78,7 +80,7 @@ class TaskRun:
     spec: TaskSpec
     sandbox: Path
     run_id: str
-    records: Path  # task.json, exit.json, wrapper.json: the agent's, not the task's
+    records: Path  # a wrapper's exit.json and wrapper.json: the agent's, not the task's
     user: str = ""  # its framework's user, as the launch named it ("": the task user)
     state: TaskState = TaskState.STARTING
     live_state: TaskState = TaskState.STARTING  # the last non-terminal state reported
@@ -161,10 +163,15 @@ def prepare_records(records: Path) -> None:
     meta.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(meta, 0o700)  # also when an older agent made it
     records.mkdir(parents=True, exist_ok=True)
-    # A status left by an earlier run of this task id must not pass for this run's.
-    # (The STARTING checkpoint's directory fsync makes the removal durable.)
-    (records / EXIT_FILE).unlink(missing_ok=True)
-    (records / WRAPPER_FILE).unlink(missing_ok=True)
+    # A status left by an earlier run of this task id must not pass for this run's:
+    # removed, durably (before the STARTING checkpoint), if there was one.
+    removed = False
+    for name in (EXIT_FILE, WRAPPER_FILE):
+        with contextlib.suppress(FileNotFoundError):
+            (records / name).unlink()
+            removed = True
+    if removed:
+        fsync_directory(records)
 
 
 def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], IO[bytes]]:
@@ -175,27 +182,33 @@ def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], I
     neither, and another user's sandbox it can neither list nor read. The agent
     writes into a directory its task owns, so it never follows what the task may
     have left there: stdout and stderr are unlinked and created anew, never opened
-    through a link.
+    through a link. A sandbox made now has nothing to unlink: its files are made
+    before its owner gets it.
     """
     for directory in (sandbox.parent.parent, sandbox.parent):
         directory.mkdir(mode=SANDBOX_PARENT_MODE, parents=True, exist_ok=True)
         os.chmod(directory, SANDBOX_PARENT_MODE)  # also when an older agent made it 0755
-    sandbox.mkdir(mode=SANDBOX_MODE, exist_ok=True)
-    # Its owner may loosen it; the agent sets it again at each launch.
-    os.chmod(sandbox, SANDBOX_MODE)
-    if owner is not None:
-        os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
+    try:
+        sandbox.mkdir(mode=SANDBOX_MODE)
+        fresh = True
+    except FileExistsError:
+        fresh = False
+    if not fresh:
+        _give(sandbox, owner)
     files: list[IO[bytes]] = []
     try:
         for name in ("stdout", "stderr"):
             path = sandbox / name
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            if not fresh:
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
             flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
             fd = os.open(path, flags, 0o644)
             if owner is not None:
                 os.fchown(fd, owner.uid, owner.gid)
             files.append(os.fdopen(fd, "wb"))
+        if fresh:
+            _give(sandbox, owner)
     except OSError:
         for f in files:
             f.close()
@@ -203,10 +216,17 @@ def prepare_sandbox(sandbox: Path, owner: TaskUser | None) -> tuple[IO[bytes], I
     return files[0], files[1]
 
 
+def _give(sandbox: Path, owner: TaskUser | None) -> None:
+    # Its owner may loosen it; the agent sets it again at each launch.
+    os.chmod(sandbox, SANDBOX_MODE)
+    if owner is not None:
+        os.chown(sandbox, owner.uid, owner.gid, follow_symlinks=False)
+
+
 def checkpoint_record(
     t: TaskRun, final: TaskTransition | None, container: Container | None = None
 ) -> dict[str, Any]:
-    """`t` as its `task.json` holds it (with `container`, if given, as its container)."""
+    """`t` as its checkpoint holds it (with `container`, if given, as its container)."""
     container = container or t.container
     record: dict[str, Any] = {
         "framework_id": t.framework_id,
@@ -219,6 +239,7 @@ def checkpoint_record(
             "environment": t.spec.environment,
         },
         "run_id": t.run_id,
+        "records": str(t.records),
         "user": t.user,
         "launcher": t.launcher,
         "pid": t.pid,
@@ -255,32 +276,9 @@ async def off_loop(fn: Callable[..., R], *args: Any) -> R:
     return await asyncio.get_running_loop().run_in_executor(_io, context.run, fn, *args)
 
 
-async def write_checkpoint(
-    t: TaskRun, final: TaskTransition | None = None, *, durable: bool = True
-) -> None:
-    """Write the run's `task.json` as of now (with `final`, as ended). Not `durable`:
-    whole but not fsynced, for what only matters while the task's processes live (its
-    pid), which a crash of the machine ends too."""
-    # One writer at a time per task, each writing the state as of its turn,
-    # so an older view can never land after a newer one.
-    async with t.checkpoint_lock:
-        record = checkpoint_record(t, final)
-        write = write_json_atomically if durable else _task_wrapper.write_json_whole
-        try:
-            await off_loop(write, t.records / CHECKPOINT_FILE, record)
-        except OSError as e:
-            # The task itself is unaffected; only recovery would know less.
-            log.warning(
-                "could not write checkpoint",
-                framework_id=t.framework_id,
-                task_id=t.spec.task_id,
-                error=str(e),
-            )
-
-
 def task_from_checkpoint(records: Path, sandbox: Path, record: dict[str, Any]) -> TaskRun:
-    """A recovered `TaskRun` from a `task.json` in `records`; raises KeyError, TypeError
-    or ValueError."""
+    """A recovered `TaskRun` from its checkpoint, its records directory `records`;
+    raises KeyError, TypeError or ValueError."""
     spec = record["task"]
     environment = spec.get("environment") or {}
     resources = spec["resources"]
@@ -330,7 +328,8 @@ def task_from_checkpoint(records: Path, sandbox: Path, record: dict[str, Any]) -
 
 
 def scan_checkpoints(work_dir: Path) -> list[tuple[Path, dict[str, Any]]]:
-    """(records directory, `task.json`) of every task under `work_dir`, in both layouts."""
+    """(records directory, `task.json`) of every task an agent from before the task log
+    checkpointed under `work_dir`, in both of its layouts."""
     found = []
     meta, sandboxes = work_dir / RECORDS_DIR, work_dir / SANDBOXES_DIR
     paths = sorted(meta.glob(f"*/*/{CHECKPOINT_FILE}"))

@@ -32,8 +32,9 @@ Everything it needs is in its work dir (0711: tasks pass through it, none lists 
     sandboxes/<framework_id>/<task_id>/{stdout,stderr,...}
                              one per task, owned by the task's user, 0700, under
                              directories tasks may pass but not list (`agent.tasks`)
-    meta/<framework_id>/<task_id>/{task.json,exit.json,wrapper.json}
-                             the agent's records of each task, 0700 (`agent.tasks`)
+    tasks.jsonl              its checkpoints of its tasks (`agent._task_log`, 0600)
+    meta/<framework_id>/<task_id>/{exit.json,wrapper.json}
+                             a task wrapper's records, 0700 (`agent.tasks`)
     gc-trash/                sandboxes and records being deleted (`agent._sandbox_gc`)
     supervisor/{socket,supervisor.log}
                              the supervisor that forks task wrappers and outlives the
@@ -79,6 +80,7 @@ from mesolite.agent._sandbox_gc import SandboxGc
 from mesolite.agent._status_reporter import StatusReporter
 from mesolite.agent._stream import Outbox, StreamEnd, heartbeats, read_event
 from mesolite.agent._stream import ended as stream_ended
+from mesolite.agent._task_log import TASK_LOG_FILE
 from mesolite.agent.config import AgentConfig
 from mesolite.agent.errors import AgentError, AgentRegistrationError
 from mesolite.agent.isolation import Isolator
@@ -260,7 +262,9 @@ class Agent:
     # Recovery: what a previous agent process left in the work dir.
 
     async def _recover(self) -> None:
-        await asyncio.to_thread(secure_work_dir, self._work_dir, (AGENT_FILE, JOURNAL_FILE))
+        await asyncio.to_thread(
+            secure_work_dir, self._work_dir, (AGENT_FILE, JOURNAL_FILE, TASK_LOG_FILE)
+        )
         self._agent_id = self._saved_agent_id = await asyncio.to_thread(
             load_agent_id, self._work_dir
         )

@@ -16,7 +16,8 @@ is removed at the next pass. Mesos computes `delay x max(0, 1 - headroom - usage
 reached; mesolite scales it to be the age on an empty disk.
 
 A sandbox's age is counted from when it was last written as its task ended (the
-modification time of its records, read from the disk at every pass), so a
+modification time of the sandbox, which the agent sets as the task ends, or of its
+records, read from the disk at every pass), so a
 restarted agent goes on where it left off. A sandbox whose task is live (running,
 or ended with its end not yet acknowledged, which a restarted agent reports from
 its records) is never removed, whatever its age or the disk.

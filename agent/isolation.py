@@ -28,9 +28,10 @@ user must exist here, else its task fails (`TaskUserError`); a name other than
 ``root`` for uid 0 is refused (the master's ACLs let root run tasks only by name).
 The task runs in a sandbox its user owns, 0700, under directories the agent owns
 and others may only traverse (0711), with a clean environment
-(`agent/_task_env.py`). The agent's own records of a task (``task.json``,
-``exit.json``, ``wrapper.json``) are in ``<work_dir>/meta/``, which only root can
-enter, not in the sandbox. An agent not run as root runs every task as itself.
+(`agent/_task_env.py`). The agent's own records of a task are not in the sandbox:
+its checkpoints in ``<work_dir>/tasks.jsonl`` (0600) and a wrapper's ``exit.json``
+and ``wrapper.json`` in ``<work_dir>/meta/``, which only root can enter. An agent
+not run as root runs every task as itself.
 
 What each run was given is checkpointed with it (`Container.record`), so a
 restarted agent kills and removes the right cgroup even if it was started with
@@ -171,13 +172,14 @@ class Container:
             signal_group(wrapper_pid, signal.SIGKILL)
 
     def clean_up(self) -> CgroupStats | None:
-        """After the wrapper ended: kill what is left, read the cgroup's figures, remove it.
-        Blocking. None without a cgroup (or if it was gone already)."""
+        """After the wrapper ended: kill what is left, read which limits the cgroup ran
+        into (`Cgroup.limits_hit`: what `limitation` needs), remove it. Blocking. None
+        without a cgroup (or if it was gone already)."""
         if self.cgroup is None or not self.cgroup.exists():
             return None
         if not self.cgroup.kill():
             log.error("a task's cgroup would not empty", cgroup=str(self.cgroup.paths[0]))
-        stats = self.cgroup.stats()
+        stats = self.cgroup.limits_hit()
         try:
             self.cgroup.remove()
         except OSError as e:
@@ -306,6 +308,11 @@ class Isolator:
         if self._cgroups is None:
             return IsolationMode.PROCESS_TREE
         return IsolationMode.CGROUPS_V2 if self._cgroups.version == 2 else IsolationMode.CGROUPS_V1
+
+    @property
+    def has_cgroups(self) -> bool:
+        """Whether each task run gets a cgroup (`create`)."""
+        return self._cgroups is not None
 
     @property
     def task_user_name(self) -> str:

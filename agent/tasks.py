@@ -7,8 +7,10 @@ how it ended) is `agent/_task_process.py`'s.
 
     <work_dir>/sandboxes/<framework_id>/<task_id>/     (sandboxes, <framework_id>: 0711)
         stdout, stderr   the command's output; the rest is the task's (0700, its user's)
-    <work_dir>/meta/<framework_id>/<task_id>/      (meta: 0700, the agent's only)
-        task.json        the agent's checkpoint of the task (below)
+    <work_dir>/tasks.jsonl                          (0600, the agent's only)
+        the agent's checkpoints of its tasks, one line each time (`agent/_task_log.py`)
+    <work_dir>/meta/<framework_id>/<task_id>/      (meta: 0700, the agent's only; only
+                                                    for a task run by a wrapper)
         exit.json        written by the wrapper when the command ends
         wrapper.json     the wrapper's pid, written by the wrapper as it starts
     <work_dir>/supervisor/                          (0700, the agent's only)
@@ -17,13 +19,14 @@ how it ended) is `agent/_task_process.py`'s.
 How a task is contained (its cgroup and limits, its user, its environment) is
 `agent/isolation.py`'s; the `Isolator` the runner is given decides.
 
-`task.json` holds the task, its run id (one per launch of a task id), its
+A task's checkpoint holds the task, its run id (one per launch of a task id), its
 framework's user as the launch named it, the wrapper's pid and start time
 (field 22 of /proc/<pid>/stat: a pid alone may be reused), its container (cgroup,
 limits, user), the state, `killing` once a kill has started and, when the agent saw
-the task end, how it ended. It is written
-atomically at launch (STARTING, no pid yet), once the wrapper runs, when a kill
-starts and at the end.
+the task end, how it ended. It is written (a line appended to the task log, in a
+group commit with other tasks') at launch (STARTING, no pid yet: fsynced before the
+command is started), once the command runs (not fsynced: a pid is of no use after a
+crash of the machine), when a kill starts and at the end (both fsynced).
 
 Every accepted launch reports TASK_STARTING, then TASK_RUNNING once the wrapper
 exists, then exactly one terminal state: TASK_FINISHED (exit status 0),
@@ -34,7 +37,7 @@ TASK_KILLED (killed on request).
 
 The terminal state is reported first and checkpointed second: the status
 callback returns an awaitable that resolves once the update is durable (the
-agent journals it), and only then does `task.json` say the task ended. A
+agent journals it), and only then does the checkpoint say the task ended. A
 restarted agent hands `recover()` the ends it has journaled, so a crash between
 the two steps neither loses the end nor reports it twice.
 
@@ -65,11 +68,13 @@ import signal
 from collections import Counter
 from collections.abc import Awaitable, Mapping
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from mesolite.agent._procs import signal_group
 from mesolite.agent._supervisor_client import SupervisorClient
+from mesolite.agent._task_log import TASK_LOG_FILE, TaskLog, TaskLogWriter, record_key
 from mesolite.agent._task_process import TaskProcesses
 from mesolite.agent._task_records import (
     CHECKPOINT_FILE,
@@ -85,7 +90,6 @@ from mesolite.agent._task_records import (
     new_run_id,
     scan_checkpoints,
     task_from_checkpoint,
-    write_checkpoint,
 )
 from mesolite.agent.errors import AgentError
 from mesolite.agent.isolation import Isolator, UsageMeter
@@ -130,8 +134,10 @@ class TaskRunner:
         self._supervisor = SupervisorClient(
             self._work_dir / SUPERVISOR_DIR, self.isolator.supervisor_cgroup
         )
+        self._checkpoints = TaskLogWriter(TaskLog(self._work_dir / TASK_LOG_FILE), self.live_keys)
         self._processes = TaskProcesses(
             self._report,
+            checkpoints=self._checkpoints,
             shell=shell,
             kill_grace_period=kill_grace_period,
             isolator=self.isolator,
@@ -154,7 +160,7 @@ class TaskRunner:
         return self._sandboxes / framework_id / task_id
 
     def records_path(self, framework_id: str, task_id: str) -> Path:
-        """Where the agent keeps the task's `task.json`, `exit.json` and `wrapper.json`."""
+        """Where a task's wrapper keeps its `exit.json` and `wrapper.json`."""
         return self._records / framework_id / task_id
 
     def is_active(self, framework_id: str, task_id: str) -> bool:
@@ -283,7 +289,9 @@ class TaskRunner:
             await self._supervisor.connect(start=False)
         except (OSError, AgentError) as e:
             log.warning("could not reach the supervisor", error=str(e))
-        for records, record in await asyncio.to_thread(scan_checkpoints, self._work_dir):
+        # Until it is known which tasks are live, a compaction could drop one.
+        self._checkpoints.may_compact = False
+        for records, record in await self._checkpoints_found():
             sandbox = self._sandboxes / records.parent.name / records.name
             try:
                 t = task_from_checkpoint(records, sandbox, record)
@@ -304,7 +312,7 @@ class TaskRunner:
                     assert end is not None
                     # The agent stopped between journaling the end and checkpointing it.
                     t.state = end.state
-                    await write_checkpoint(t, end)
+                    await self._checkpoints.checkpoint(t, end)
                 continue  # its cgroup, if the agent died before removing it: an orphan below
             self._add(t)
             log.info(
@@ -316,14 +324,49 @@ class TaskRunner:
                 killing=t.kill_requested,
             )
             t.lifecycle = asyncio.create_task(self._lifecycle(t), name=f"task-{t.spec.task_id}")
+        self._checkpoints.may_compact = True
         # Only now: a recovered task's lifecycle may still be reading its cgroup.
         live = {t.run_id for t in self._tasks.values()}
         orphans = await asyncio.to_thread(self.isolator.remove_orphans, live)
         if orphans:
             log.warning("removed cgroups that no task owned", count=orphans)
 
+    async def _checkpoints_found(self) -> list[tuple[Path, dict[str, Any]]]:
+        """(records directory, checkpoint) of every task in the task log; checkpoints an
+        agent from before the log left as files (`task.json`) are moved into it."""
+        logged = await self._checkpoints.load()
+        legacy = await asyncio.to_thread(scan_checkpoints, self._work_dir)
+        moved, stale = [], []
+        for records, record in legacy:
+            key = (records.parent.name, records.name)
+            if key in logged:
+                stale.append(records)  # the log has a later one
+                continue
+            try:
+                if record_key(record) != key:
+                    raise ValueError("the checkpoint names another task")
+            except (KeyError, TypeError, ValueError) as e:
+                log.warning(
+                    "ignoring an unreadable task checkpoint", path=str(records), error=str(e)
+                )
+                continue
+            logged[key] = {**record, "records": str(records)}
+            moved.append((records, self._checkpoints.write(logged[key], durable=True)))
+        written: list[Path] = []
+        if moved:
+            await asyncio.wait({future for _, future in moved})
+            written = [r for r, f in moved if f.result()]
+            log.info("moved task checkpoints into the task log", count=len(written))
+        if written or stale:
+            await asyncio.to_thread(_remove_legacy, written + stale)
+        return [
+            (Path(record.get("records") or self.records_path(*key)), record)
+            for key, record in logged.items()
+        ]
+
     def close(self) -> None:
         """The agent stops for good: give up what the isolator holds (its empty scope)."""
+        self._checkpoints.close()
         self.isolator.close()
 
     # Internals, in the order a task goes through them.
@@ -415,7 +458,13 @@ class TaskRunner:
             # checkpoint below is still worth writing then.
             await asyncio.wait({asyncio.ensure_future(durable)})
         if t.sandbox_ready:
-            await write_checkpoint(t, final)
+            await self._checkpoints.checkpoint(t, final)
+
+
+def _remove_legacy(records: list[Path]) -> None:
+    """Remove the `task.json` in each of `records`, now in the task log. Blocking."""
+    for directory in records:
+        (directory / CHECKPOINT_FILE).unlink(missing_ok=True)
 
 
 __all__ = [

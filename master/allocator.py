@@ -359,6 +359,16 @@ class Allocator:
         if refuse_seconds > 0:
             self._add_filter(framework_id, agent, resources, refuse_seconds)
 
+    def hold(self, framework_id: str, agent_id: str, seconds: float) -> None:
+        """Offer the framework nothing on the agent for `seconds` (preemption took
+        resources from it there, for another role): a filter over the agent's total, so
+        no offer passes it, whatever else is free there or becomes free (a filter over
+        only what it gave back is passed by any larger offer: the agent's other free
+        resources, an earlier victim's, an offer declined by the starved role)."""
+        if seconds > 0:
+            agent = self._agents[agent_id]
+            self._add_filter(framework_id, agent, agent.total, seconds)
+
     def allocate(self) -> list[Allocation]:
         """Run one allocation cycle and return the offers to make."""
         now = self._clock()

@@ -38,8 +38,8 @@ class MasterConfig:
     seed: int = 0
     # Preemption toward guarantees and fair shares (master/preemptions.py): on unless
     # --no-preemption. A victim's framework is told `preemption_grace` seconds before
-    # its task is killed; the freed resources are kept from it on that agent for
-    # `preemption_hold` seconds (they are for the role that was starved).
+    # its task is killed; it is then offered nothing on that agent for
+    # `preemption_hold` seconds (what was freed is for the role that was starved).
     preemption: bool = True
     preemption_grace: float = 5.0
     preemption_hold: float = 30.0

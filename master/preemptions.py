@@ -10,8 +10,8 @@ inverse offers and kill grace periods do:
    agent, the grace period and the role it is for) and may end the task itself;
 2. after `preemption_grace` seconds the agent is told to kill it. Its end reaches
    the framework as TASK_KILLED with reason REASON_CONTAINER_PREEMPTED, and its
-   resources are kept from its framework on that agent for `preemption_hold`
-   seconds, so they go to the starved role and not back.
+   framework is offered nothing on that agent for `preemption_hold` seconds
+   (`Allocator.hold`), so what was freed goes to the starved role and not back.
 
 **Guarantees are honoured by default.** A role with a guarantee preempts for it
 after `min_share_timeout` (default 15 s, `DEFAULT_MIN_SHARE_TIMEOUT`) below it;
@@ -49,7 +49,6 @@ class Preempting:
 
     for_role: str
     kind: Kind
-    since: float
     kill_at: float
     timer: Cancellable | None
     killed: bool = False  # the agent was told to kill it
@@ -81,21 +80,19 @@ class PreemptionHandling(MasterCore):
         for o in self.offers.values():
             role = tree.framework_role(o.offer.framework_id)
             offered[role] = offered.get(role, EMPTY) + o.offer.resources
+        roles = {tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing}
+        held = {path: tree.role_allocation(path) - offered.get(path, EMPTY) for path in roles}
         demands = {
-            path: tree.role_allocation(path) - offered.get(path, EMPTY) + extra
-            for path, extra in self.role_demands().items()
-            if tree.has_role(path)
+            path: held[path] + extra for path, extra in self.role_demands().items() if path in held
         }
-        fair = fair_levels(self._share_inputs(), total, active, demands)
+        fair = fair_levels(self._share_inputs(), total, active, demands, held)
         now = self._clock()
         states: dict[str, RoleState] = {}
-        for path in {
-            tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing
-        }:
+        for path in roles:
             spec = self.roles_config.spec(path)
             guarantee = tree.role_guarantee(path)
             state = RoleState(
-                tree.role_allocation(path) - offered.get(path, EMPTY),
+                held[path],
                 fair.get(path, EMPTY),
                 guarantee,
                 tree.role_weight(path),
@@ -173,7 +170,7 @@ class PreemptionHandling(MasterCore):
         grace = self.config.preemption_grace
         now = self._clock()
         timer = self._timers.call_later(grace, self._grace_over, *key)
-        self.preempting[key] = Preempting(victim.for_role, victim.kind, now, now + grace, timer)
+        self.preempting[key] = Preempting(victim.for_role, victim.kind, now + grace, timer)
         framework = self.frameworks[task.framework_id]
         if framework.outbox is not None:
             framework.outbox.send(

@@ -401,12 +401,8 @@ class StatusUpdateHandling(MasterCore):
         agent = self.agents.get(task.agent_id)
         if agent is not None:
             agent.tasks.pop((task.framework_id, task.spec.task_id), None)
-            self.allocator.recover(
-                task.framework_id,
-                task.agent_id,
-                task.spec.resources,
-                self._preempted_ended(task),
-            )
+            self.allocator.recover(task.framework_id, task.agent_id, task.spec.resources)
+            self.allocator.hold(task.framework_id, task.agent_id, self._preempted_ended(task))
         self.request_allocation()
         self._forget_if_done(framework)
 

@@ -590,6 +590,88 @@ BUGS = [
         "os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644",
         TLS_TESTS,
     ),
+    # The agent's task log (issue 15, the agent's CPU per task): each a way to lose or
+    # misread a checkpoint, or a figure of the container.
+    Bug(
+        "task log: a durable checkpoint is not fsynced",
+        "agent/_task_log.py",
+        "        if durable:\n            os.fsync(fd)",
+        "        if False:\n            os.fsync(fd)",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: a task's first line is taken for its checkpoint",
+        "agent/_task_log.py",
+        '        latest[key] = line + b"\\n"',
+        '        latest.setdefault(key, line + b"\\n")',
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: the next line is glued to a torn one",
+        "agent/_task_log.py",
+        "        if damaged:\n            log.warning(",
+        "        if False:\n            log.warning(",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: compaction keeps the tasks no longer needed, not the live ones",
+        "agent/_task_log.py",
+        "for key, line in self._latest.items() if key in keep}",
+        "for key, line in self._latest.items() if key not in keep}",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: compaction while a recovery has not said what it keeps",
+        "agent/_task_log.py",
+        "        if not self.may_compact:\n            return list(",
+        "        if False:\n            return list(",
+        ("tests/test_task_log.py",),
+    ),
+    Bug(
+        "task log: the STARTING checkpoint is not fsynced before the command is spawned",
+        "agent/_task_process.py",
+        "        await self._checkpoints.checkpoint(t)\n"
+        "        try:\n            if t.kill_requested:",
+        "        await self._checkpoints.checkpoint(t, durable=False)\n"
+        "        try:\n            if t.kill_requested:",
+        SPAWN_TESTS,
+    ),
+    Bug(
+        "task log: an older agent's checkpoints are not moved into it",
+        "agent/tasks.py",
+        "            moved.append((records, self._checkpoints.write(logged[key], durable=True)))",
+        "            pass",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "task log: an older agent's checkpoints are left behind once moved",
+        "agent/tasks.py",
+        "        (directory / CHECKPOINT_FILE).unlink(missing_ok=True)",
+        "        pass",
+        SUPERVISOR_TESTS,
+    ),
+    Bug(
+        "a sandbox's age counts from its launch, not its task's end",
+        "agent/_task_process.py",
+        "            os.utime(t.sandbox, follow_symlinks=False)",
+        "            pass",
+        ("tests/test_agent_tasks.py",),
+    ),
+    Bug(
+        "a run's end reads no OOM kill from its cgroup (v1)",
+        "agent/_cgroups.py",
+        '            oom = _keyed(memory / "memory.oom_control").get("oom_kill", 0) '
+        "if memory else 0",
+        "            oom = 0",
+        ISOLATION_TESTS,
+    ),
+    Bug(
+        "the agent's task log is readable by tasks",
+        "agent/_task_log.py",
+        "PRIVATE_MODE = 0o600",
+        "PRIVATE_MODE = 0o644",
+        ISOLATION_TESTS,
+    ),
     # A user per framework (issue 12's follow-up): each a way for one framework's tasks
     # to reach another's, or for a framework to run as a user nobody allowed.
     Bug(
@@ -982,6 +1064,9 @@ HA_BUGS = [
 # each policy's frameworks would ask for.
 SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
+UI_PREEMPTION_TESTS = (
+    "tests/test_ui_browser.py::test_a_task_being_preempted_shows_its_badge_until_it_is_killed",
+)
 SIM_BUGS = [
     Bug(
         "the allocator ignores declared demand",
@@ -998,10 +1083,38 @@ SIM_BUGS = [
         ("tests/test_preemptions.py",),
     ),
     Bug(
+        "preemption: no hold (the freed resources go straight back to the victim's framework)",
+        "master/preemptions.py",
+        "        return self.config.preemption_hold",
+        "        return 0.0",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "preemption: the hold filters only what is free then (any larger offer passes it)",
+        "master/allocator.py",
+        "            self._add_filter(framework_id, agent, agent.total, seconds)",
+        "            self._add_filter(framework_id, agent, agent.free, seconds)",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
         "preemption plans again for what it already took",
         "master/preemptions.py",
         "        for (framework_id, task_id), p in self.preempting.items():",
         "        for (framework_id, task_id), p in {}.items():",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "fair levels: a CPU-only role is given a share of memory",
+        "master/fair_levels.py",
+        "        elif path in confine:",
+        "        elif False:",
+        ("tests/test_preemption.py", "tests/test_preemptions.py"),
+    ),
+    Bug(
+        "fair levels: preemption measures roles without what their tasks hold",
+        "master/preemptions.py",
+        "fair = fair_levels(self._share_inputs(), total, active, demands, held)",
+        "fair = fair_levels(self._share_inputs(), total, active, demands)",
         ("tests/test_preemptions.py",),
     ),
     Bug(
@@ -1025,6 +1138,20 @@ SIM_BUGS = [
         "            if kind is Kind.FAIR_SHARE and share(victim, after) < share(",
         "            if False and share(victim, after) < share(",
         PREEMPTION_TESTS,
+    ),
+    Bug(
+        "ui: a task being preempted shows no badge",
+        "master/ui/app.js",
+        "    if (!p) return null;\n    const when",
+        "    if (p || !p) return null;\n    const when",
+        UI_PREEMPTION_TESTS,
+    ),
+    Bug(
+        "ui: the preempting badge does not say for whom",
+        "master/ui/app.js",
+        "    b.title = `for role ${p.for_role} (${p.kind.replace('_', '-')})`;",
+        "    b.title = `(${p.kind.replace('_', '-')})`;",
+        UI_PREEMPTION_TESTS,
     ),
     Bug(
         "sim: a task ends as it starts",

@@ -48,8 +48,10 @@ from typing import Any
 
 import aiohttp
 
+from mesolite.agent import _exit_log
 from mesolite.agent._checkpoint import load_agent_id
 from mesolite.agent._procs import is_alive
+from mesolite.agent._task_log import read_checkpoints
 from mesolite.framework_sdk import (
     ConnectionConfig,
     Framework,
@@ -484,12 +486,14 @@ class Chaos:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 10  # kills in flight get their grace period
         while True:
-            alive = [
-                (checkpoint.parent.parent.name, checkpoint.parent.name)
-                for i in range(AGENTS)
-                for checkpoint in (self.work_dir / f"agent{i}").glob("meta/*/*/task.json")
-                if _task_alive(checkpoint)
-            ]
+            alive = sorted(
+                {
+                    key
+                    for i in range(AGENTS)
+                    for key, pid, started in _task_processes(self.work_dir / f"agent{i}")
+                    if is_alive(pid, started)
+                }
+            )
             if not alive or loop.time() > deadline:
                 break
             await asyncio.sleep(0.2)
@@ -522,13 +526,33 @@ def _registrations(log: Path) -> list[tuple[float, str]]:
     return found
 
 
-def _task_alive(checkpoint: Path) -> bool:
-    with contextlib.suppress(OSError, ValueError):
-        record = json.loads(checkpoint.read_text())
-        pid, started = record.get("pid"), record.get("pid_start_time")
+def _task_processes(work_dir: Path) -> list[tuple[tuple[str, str], int, int]]:
+    """((framework id, task id), pid, start time) of every task process an agent on
+    `work_dir` ever recorded: in its task checkpoints, in its supervisor's exit log
+    (every command it spawned, even one whose checkpoint a compaction dropped) and
+    in the wrappers' `wrapper.json`."""
+    found = []
+
+    def add(key: tuple[str, str], record: Any) -> None:
+        pid, started = record.get("pid"), record.get("pid_start_time", record.get("start_time"))
         if isinstance(pid, int) and isinstance(started, int):
-            return is_alive(pid, started)
-    return False
+            found.append((key, pid, started))
+
+    with contextlib.suppress(OSError, ValueError):
+        for key, record in read_checkpoints(work_dir).items():
+            add(key, record)
+    for name in (_exit_log.PREVIOUS_NAME, _exit_log.EXITS_NAME):
+        with contextlib.suppress(OSError):
+            for line in (work_dir / "supervisor" / name).read_bytes().splitlines():
+                with contextlib.suppress(ValueError, TypeError, AttributeError):
+                    record = json.loads(line)
+                    if record.get("op") == "spawned":
+                        records = Path(record["records"])
+                        add((records.parent.name, records.name), record)
+    for wrapper in work_dir.glob("meta/*/*/wrapper.json"):
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            add((wrapper.parent.parent.name, wrapper.parent.name), json.loads(wrapper.read_text()))
+    return found
 
 
 async def run_chaos(work_dir: Path, seed: int, faults: int = 6) -> Report:

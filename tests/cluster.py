@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import signal
 import socket
@@ -45,6 +44,7 @@ from mesolite.workloads import RunnerConfig, WorkloadRunner
 from mesolite.workloads import http as workloads_http
 from mesolite.workloads.framework import WorkloadFramework
 from tests.support.cgroups import TEST_CGROUPS_ROOT, TEST_ISOLATION
+from tests.support.checkpoints import all_checkpoints
 from tests.waiting import wait_for_condition
 
 # Agents heartbeat every 0.2 s, and a master that hears nothing from one for
@@ -78,12 +78,10 @@ class AgentProcess:
             self.process.kill()
 
     def checkpoints(self) -> list[dict[str, Any]]:
-        """The `task.json` of every task of this agent."""
-        records = []
-        for checkpoint in self.work_dir.glob("meta/*/*/task.json"):
-            with contextlib.suppress(OSError, ValueError):
-                records.append(json.loads(checkpoint.read_text()))
-        return records
+        """The checkpoint of every task of this agent (its task log)."""
+        with contextlib.suppress(OSError, ValueError):
+            return all_checkpoints(self.work_dir)
+        return []
 
     def task_pids(self) -> list[int]:
         """Task process groups still alive (checked by start time: pids get reused)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +20,7 @@ from mesolite.model import StatusSource, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
 from mesolite.v1 import agent_pb2, agent_pb2_grpc
 from tests.support.cgroups import TEST_ISOLATION
+from tests.support.checkpoints import checkpoint_at
 from tests.waiting import wait_for_condition, within
 
 FW = "fw-1"
@@ -250,7 +250,7 @@ def task(task_id: str, command: str, cpus: float = 0.5) -> TaskSpec:
 
 
 def task_pid(agent: Agent, task_id: str) -> int:
-    record = json.loads((agent.records_path(FW, task_id) / "task.json").read_text())
+    record = checkpoint_at(agent.records_path(FW, task_id))
     pid = record["pid"]
     assert isinstance(pid, int)
     return pid

@@ -21,6 +21,7 @@ from mesolite.agent import _task_wrapper
 from mesolite.agent._checkpoint import AGENT_FILE
 from mesolite.agent._journal import JOURNAL_FILE, PendingUpdate, UpdateJournal
 from mesolite.agent._procs import process_start_time
+from mesolite.agent._task_log import read_checkpoints
 from mesolite.agent.tasks import WRAPPER_FILE, TaskRunner, TaskTransition
 from mesolite.model import RunningTask, TaskSpec, TaskState, TaskStatus
 from mesolite.resources import Resources
@@ -85,7 +86,13 @@ def gone_pid() -> tuple[int, int]:
 
 
 def checkpoint(sandbox: Path) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads((sandbox / "task.json").read_text())
+    """The task's checkpoint: in the task log, where recovery moves the one laid out
+    (before recovery, that one)."""
+    logged = read_checkpoints(sandbox.parent.parent.parent)
+    record = logged.get((sandbox.parent.name, sandbox.name))
+    if record is None:
+        assert (sandbox / "task.json").exists()
+        record = json.loads((sandbox / "task.json").read_text())
     return record
 
 
@@ -259,6 +266,32 @@ async def test_a_wrapper_that_has_not_recorded_its_pid_yet_is_found(
     final = await recorder.wait_final("t1")
     assert final.state is TaskState.KILLED
     assert process_start_time(pid) is None
+
+
+async def test_an_older_agents_checkpoints_move_into_the_task_log_once(
+    runner: TaskRunner, recorder: Recorder, tmp_path: Path
+) -> None:
+    """Its `task.json` files (here in the sandbox, its oldest layout) are read, written
+    to the task log and removed: a restarted agent after it reads only the log, and
+    does not report the end a second time."""
+    pid, start_time = gone_pid()
+    sandbox = lay_out(tmp_path, "t1", pid=pid, start_time=start_time, exit_record={"exit_code": 3})
+    await runner.recover({})
+    assert (await recorder.wait_final("t1")).exit_code == 3
+    await wait_for_condition(
+        lambda: read_checkpoints(tmp_path).get((FW, "t1"), {}).get("state") == "TASK_FAILED",
+        what="the end in the task log",
+    )
+    assert not (sandbox / "task.json").exists()
+    assert read_checkpoints(tmp_path)[(FW, "t1")]["records"] == str(sandbox)
+
+    again = Recorder()
+    restarted = TaskRunner(tmp_path, again)
+    try:
+        await restarted.recover({})
+        assert again.transitions == [] and restarted.running_tasks() == []
+    finally:
+        await restarted.shutdown()
 
 
 async def test_an_end_already_journaled_is_not_reported_again(

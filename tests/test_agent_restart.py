@@ -4,7 +4,6 @@ master in-process, `mesolite agent` subprocesses, a framework over real gRPC."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from mesolite.framework_sdk import Resources, TaskSpec, TaskState
 from tests.cluster import AgentProcess, LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.support.cgroups import TEST_CGROUPS_ROOT
+from tests.support.checkpoints import checkpoint_at
 from tests.support.exits import exit_record
 from tests.waiting import wait_for_condition, within
 
@@ -80,10 +80,7 @@ def records(work_dir: Path, framework_id: str, task_id: str) -> Path:
 
 
 def checkpoint(work_dir: Path, framework_id: str, task_id: str) -> dict[str, Any]:
-    record: dict[str, Any] = json.loads(
-        (records(work_dir, framework_id, task_id) / "task.json").read_text()
-    )
-    return record
+    return checkpoint_at(records(work_dir, framework_id, task_id))
 
 
 def pending(work_dir: Path) -> list[PendingUpdate]:

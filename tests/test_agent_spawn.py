@@ -19,10 +19,12 @@ from typing import Any
 import pytest
 
 from mesolite.agent import _exit_log, _supervisor
+from mesolite.agent._task_log import TASK_LOG_FILE
 from mesolite.agent.isolation import IsolationConfig, Isolator
 from mesolite.agent.tasks import TaskRunner
 from mesolite.model import TaskState
 from tests.support.cgroups import remove_tree
+from tests.support.checkpoints import checkpoint_at, overwrite_checkpoint
 from tests.test_agent_supervisor import (
     FW,
     RunnerProcess,
@@ -69,7 +71,7 @@ def go(work_dir: Path, task_id: str) -> None:
 
 
 def checkpoint_pid(work_dir: Path, task_id: str) -> int:
-    record = json.loads((work_dir / "meta" / FW / task_id / "task.json").read_text())
+    record = checkpoint_at(work_dir / "meta" / FW / task_id)
     pid = record["pid"]
     assert isinstance(pid, int)
     return pid
@@ -90,7 +92,7 @@ def pidfds_held() -> set[int]:
 
 
 def launcher(work_dir: Path, task_id: str) -> str:
-    record = json.loads((work_dir / "meta" / FW / task_id / "task.json").read_text())
+    record = checkpoint_at(work_dir / "meta" / FW / task_id)
     return str(record["launcher"])
 
 
@@ -119,6 +121,42 @@ async def test_a_killed_agent_gets_every_spawned_commands_real_status(
     finally:
         await second.shutdown()
         second.close()
+
+
+@needs_cgroups
+async def test_the_starting_checkpoint_is_on_disk_before_the_command_is_spawned(
+    work_dir: Path, recorder: Recorder, root: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent that dies once the command exists must find the run (and its cgroup) in
+    its task log, even after a crash of the machine: fsynced before the spawn."""
+    task_log = work_dir / TASK_LOG_FILE
+    synced: list[bytes] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        real_fsync(fd)
+        if os.readlink(f"/proc/self/fd/{fd}") == str(task_log):
+            synced.append(task_log.read_bytes())
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    runner = make_runner(work_dir, recorder, root)
+    seen: list[dict[str, Any]] = []
+    real_spawn = runner._supervisor.spawn
+
+    async def spawn(**request: Any) -> Any:
+        on_disk = [json.loads(line) for line in (synced[-1] if synced else b"").splitlines()]
+        seen.extend(r for r in on_disk if r["task"]["task_id"] == "t")
+        return await real_spawn(**request)
+
+    monkeypatch.setattr(runner._supervisor, "spawn", spawn)
+    try:
+        runner.launch(FW, spec("t", "true"))
+        assert (await recorder.wait_final("t")).state is TaskState.FINISHED
+    finally:
+        await runner.shutdown()
+        runner.close()
+    assert [r["state"] for r in seen] == ["TASK_STARTING"]
+    assert seen[0]["container"]["cgroup"]["dirs"], "and which cgroup it has"
 
 
 @needs_cgroups
@@ -229,17 +267,17 @@ async def test_a_command_whose_pid_was_not_checkpointed_is_found_in_the_exit_log
     await wait_for_condition(lambda: not alive(first.supervisor), what="the supervisor to die")
     await first.sigkill()
     # As if the agent had died before it checkpointed the command's pid.
-    checkpoint = work_dir / "meta" / FW / "t0" / "task.json"
-    record = json.loads(checkpoint.read_text())
+    records = work_dir / "meta" / FW / "t0"
+    record = checkpoint_at(records)
     command = record["pid"]
     record.update(pid=None, pid_start_time=None, state="TASK_STARTING")
-    checkpoint.write_text(json.dumps(record))
+    overwrite_checkpoint(records, record)
 
     second = make_runner(work_dir, recorder, root)
     try:
         await second.recover({})
         await recorder.wait_state("t0", TaskState.RUNNING)
-        assert json.loads(checkpoint.read_text())["pid"] == command
+        assert checkpoint_at(records)["pid"] == command
         go(work_dir, "t0")
         final = await recorder.wait_final("t0")
         assert (final.state, final.exit_code) == (TaskState.FAILED, 4), final

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import pwd
 import signal
@@ -30,6 +29,7 @@ from mesolite.agent.tasks import SUPERVISOR_DIR, TaskRunner
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
 from tests.support.cgroups import leftover, remove_tree
+from tests.support.checkpoints import all_checkpoints, checkpoint_at, overwrite_checkpoint
 from tests.test_agent_tasks import Recorder
 from tests.test_isolation import CGROUPS
 from tests.waiting import wait_for_condition, within
@@ -58,9 +58,9 @@ def work_dir(tmp_path: Path) -> Iterator[Path]:
     """A work dir; every supervisor started on it and every task wrapper it recorded
     is killed afterwards."""
     yield tmp_path
-    for record in tmp_path.glob("meta/*/*/task.json"):
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            pid = json.loads(record.read_text())["pid"]
+    for record in all_checkpoints(tmp_path):
+        with contextlib.suppress(KeyError, TypeError):
+            pid = record["pid"]
             if isinstance(pid, int):
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.killpg(pid, signal.SIGKILL)
@@ -164,17 +164,17 @@ async def test_a_wrapper_caught_before_it_recorded_its_pid_is_found_through_the_
     # As if the agent had died before checkpointing the pid, and the wrapper before
     # writing wrapper.json: only the supervisor knows it.
     records = work_dir / "meta" / FW / "t0"
-    record = json.loads((records / "task.json").read_text())
+    record = checkpoint_at(records)
     wrapper = record["pid"]
     record.update(pid=None, pid_start_time=None, state="TASK_STARTING")
-    (records / "task.json").write_text(json.dumps(record))
+    overwrite_checkpoint(records, record)
     (records / "wrapper.json").unlink()
 
     second = TaskRunner(work_dir, recorder)
     try:
         await second.recover({})
         await recorder.wait_state("t0", TaskState.RUNNING)
-        assert json.loads((records / "task.json").read_text())["pid"] == wrapper
+        assert checkpoint_at(records)["pid"] == wrapper
         (work_dir / "sandboxes" / FW / "t0" / "go").touch()
         final = await recorder.wait_final("t0")
         assert (final.state, final.exit_code) == (TaskState.FAILED, 4)

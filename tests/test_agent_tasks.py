@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -11,6 +11,7 @@ import pytest
 from mesolite.agent.tasks import TaskRunner, TaskTransition
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
+from tests.support.checkpoints import checkpoint_at
 from tests.support.exits import exit_record
 from tests.waiting import wait_for_condition
 
@@ -68,10 +69,7 @@ def task(task_id: str, command: str, **environment: str) -> TaskSpec:
 
 
 def checkpoint(runner: TaskRunner, task_id: str) -> dict[str, object]:
-    record: dict[str, object] = json.loads(
-        (runner.records_path(FW, task_id) / "task.json").read_text()
-    )
-    return record
+    return checkpoint_at(runner.records_path(FW, task_id))
 
 
 def group_alive(pgid: int) -> bool:
@@ -255,6 +253,18 @@ async def test_a_task_id_can_run_again_after_it_ended(
     record = checkpoint(runner, "t1")
     assert record["state"] == "TASK_RUNNING"
     assert record["run_id"] != first.run_id
+
+
+async def test_a_sandbox_is_last_written_as_its_task_ends(
+    runner: TaskRunner, recorder: Recorder
+) -> None:
+    """Its garbage collection counts its age from then (`agent/gc_policy.py`), also when
+    the task wrote nothing into it after it started."""
+    runner.launch(FW, task("t1", "sleep 0.6"))
+    await recorder.wait_state("t1", TaskState.RUNNING)
+    running_at = time.time()
+    await recorder.wait_final("t1")
+    assert runner.sandbox_path(FW, "t1").stat().st_mtime > running_at + 0.3
 
 
 async def test_transitions_are_counted_for_one_activity_line(

@@ -6,13 +6,15 @@ or set MESOLITE_FAULT_SEEDS.
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.chaos import AGENTS, Chaos, run_chaos
+from mesolite.agent._procs import is_alive, process_start_time
+from tests.chaos import AGENTS, Chaos, _task_processes, run_chaos
 from tests.waiting import wait_for_condition
 
 SEEDS = int(os.environ.get("MESOLITE_FAULT_SEEDS", "2"))
@@ -61,3 +63,23 @@ async def test_a_framework_the_last_fault_started_is_judged_live(
     finally:
         await chaos.cleanup()
     assert chaos.report.violations == []
+
+
+@pytest.mark.unit
+def test_the_orphan_judge_finds_every_task_process_an_agent_recorded(tmp_path: Path) -> None:
+    """In its checkpoints, in its supervisor's exit log (a spawned command whose
+    checkpoint a compaction dropped) and in a wrapper's wrapper.json."""
+    me, started = os.getpid(), process_start_time(os.getpid())
+    checkpoint = {"framework_id": "fw", "task": {"task_id": "a"}, "pid": me}
+    (tmp_path / "tasks.jsonl").write_text(json.dumps({**checkpoint, "pid_start_time": started}))
+    (tmp_path / "supervisor").mkdir()
+    spawned = {"op": "spawned", "run": "r", "records": str(tmp_path / "meta" / "fw" / "b")}
+    (tmp_path / "supervisor" / "exits.jsonl").write_text(
+        json.dumps({**spawned, "pid": me, "start_time": started}) + "\n"
+    )
+    (tmp_path / "meta" / "fw" / "c").mkdir(parents=True)
+    wrapper = {"pid": me, "start_time": started}
+    (tmp_path / "meta" / "fw" / "c" / "wrapper.json").write_text(json.dumps(wrapper))
+    found = _task_processes(tmp_path)
+    assert sorted(key for key, _, _ in found) == [("fw", "a"), ("fw", "b"), ("fw", "c")]
+    assert all(is_alive(pid, start) for _, pid, start in found)

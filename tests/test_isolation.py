@@ -47,6 +47,7 @@ from mesolite.agent.tasks import TaskRunner
 from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
 from tests.support.cgroups import leftover, remove_tree
+from tests.support.checkpoints import checkpoint_at
 from tests.test_agent_tasks import Recorder
 from tests.waiting import wait_for_condition
 
@@ -121,7 +122,7 @@ def spec(task_id: str, command: str, *, cpus: float = 0.5, mem: float = 64, **en
 
 
 def container_of(runner: TaskRunner, task_id: str) -> Container:
-    record = json.loads((runner.records_path(FW, task_id) / "task.json").read_text())
+    record = checkpoint_at(runner.records_path(FW, task_id))
     return Container.from_record(record["container"])
 
 
@@ -209,12 +210,12 @@ async def test_limits_are_written_from_the_tasks_resources(
 
 
 def _launcher(runner: TaskRunner, task_id: str) -> str:
-    launcher = json.loads((runner.records_path(FW, task_id) / "task.json").read_text())
+    launcher = checkpoint_at(runner.records_path(FW, task_id))
     return str(launcher.get("launcher", "wrapper"))
 
 
 def _wrapper_pid(runner: TaskRunner, task_id: str) -> int:
-    pid = json.loads((runner.records_path(FW, task_id) / "task.json").read_text())["pid"]
+    pid = checkpoint_at(runner.records_path(FW, task_id))["pid"]
     assert isinstance(pid, int)
     return pid
 
@@ -382,13 +383,12 @@ async def test_a_task_cannot_read_another_tasks_records(
     runner = make_runner()
     runner.launch(FW, spec("victim", "sleep 60", API_TOKEN="victim-secret"))
     await recorder.wait_state("victim", TaskState.RUNNING)
-    victim_records = runner.records_path(FW, "victim")
-    assert "victim-secret" in (victim_records / "task.json").read_text()  # it is on disk
+    task_log = tmp_path / "tasks.jsonl"
+    assert "victim-secret" in task_log.read_text()  # it is on disk, in the agent's task log
+    assert task_log.stat().st_mode & 0o777 == 0o600
     thief = (
-        f"cat {victim_records}/task.json; "
-        f"cat {runner.sandbox_path(FW, 'victim')}/../../../meta/{FW}/victim/task.json; "
-        f"ls {tmp_path}/meta; "
-        f"cat {runner.records_path(FW, 'thief')}/task.json; "
+        f"cat {task_log}; "
+        f"cat {runner.sandbox_path(FW, 'victim')}/../../../tasks.jsonl; "
         "grep -r victim-secret ../.. ; true"
     )
     runner.launch(FW, spec("thief", thief))
@@ -396,8 +396,7 @@ async def test_a_task_cannot_read_another_tasks_records(
 
     out = runner.sandbox_path(FW, "thief")
     assert "victim-secret" not in (out / "stdout").read_text()
-    assert (out / "stderr").read_text().count("Permission denied") >= 4
-    assert (tmp_path / "meta").stat().st_mode & 0o777 == 0o700
+    assert (out / "stderr").read_text().count("Permission denied") >= 3
     assert sorted(p.name for p in runner.sandbox_path(FW, "victim").iterdir()) == [
         "stderr",
         "stdout",
@@ -420,8 +419,7 @@ async def test_a_restarted_runner_kills_cgroups_no_task_owns(
     assert command
     # As if the agent had died after creating the cgroup but before checkpointing it:
     # a cgroup, with a live process, that no checkpoint names.
-    for path in first.records_path(FW, "t").iterdir():
-        path.unlink()
+    (tmp_path / "tasks.jsonl").unlink()
 
     second = make_runner()
     await second.recover({})
@@ -447,6 +445,8 @@ async def test_the_fallback_ends_a_setsid_child_on_kill(
     runner.kill(FW, "t")
     assert (await recorder.wait_final("t")).state is TaskState.KILLED
     await wait_for_condition(lambda: not alive(escaped), timeout=5, what="the escaped child")
+    # A wrapper's records (its exit.json) are the agent's: tasks cannot enter them.
+    assert runner.records_path(FW, "t").parent.parent.stat().st_mode & 0o777 == 0o700
 
 
 async def test_the_fallback_ends_a_double_forked_child_with_the_task(
@@ -561,6 +561,10 @@ def test_cgroup_v2_on_a_fake_hierarchy(tmp_path: Path) -> None:
     container = Container(IsolationMode.CGROUPS_V2, limits, cgroup)
     limitation = container.limitation(stats)
     assert limitation is not None and limitation.reason == "REASON_CONTAINER_LIMITATION_MEMORY"
+    # What a run's end reads: the limits hit, and the same limitation from them.
+    hit = cgroup.limits_hit()
+    assert (hit.oom_kills, hit.mem_peak_bytes, hit.pids_limit_hits) == (1, 2 << 20, 0)
+    assert container.limitation(hit) == limitation
     assert Container.from_record(json.loads(json.dumps(container.record()))) == container
 
 

@@ -7,7 +7,6 @@ the cgroups no task owns."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import signal
 import subprocess
@@ -27,6 +26,7 @@ from tests.cluster import AgentProcess, LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.scraping import scrape, value
 from tests.support.cgroups import leftover, remove_tree
+from tests.support.checkpoints import checkpoint_at
 from tests.test_isolation import CGROUPS, HOG
 from tests.waiting import wait_for_condition, within
 
@@ -152,7 +152,7 @@ async def wait_connected(cluster: LocalCluster) -> str:
 
 
 def container(work_dir: Path, framework_id: str, task_id: str) -> tuple[Container, dict[str, Any]]:
-    record = json.loads((work_dir / "meta" / framework_id / task_id / "task.json").read_text())
+    record = checkpoint_at(work_dir / "meta" / framework_id / task_id)
     return Container.from_record(record["container"]), record
 
 

@@ -38,6 +38,7 @@ from mesolite.tls import TlsConfig
 from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.support.cgroups import leftover, remove_tree
+from tests.support.checkpoints import checkpoint_at
 from tests.support.core import CoreHarness
 from tests.test_agent_tasks import Recorder
 from tests.test_isolation_cluster import start_agent, wait_connected
@@ -392,7 +393,7 @@ async def test_a_restarted_agent_keeps_each_tasks_user(
             await fw.wait_state("long", TaskState.RUNNING)
             assert fw.framework_id is not None
             sandbox = work_dir / "sandboxes" / fw.framework_id / "long"
-            records = work_dir / "meta" / fw.framework_id / "long" / "task.json"
+            records = work_dir / "meta" / fw.framework_id / "long"
             await wait_for_condition(lambda: (sandbox / "pid").exists(), what="the task's pid")
             pid = int((sandbox / "pid").read_text())
 
@@ -407,14 +408,14 @@ async def test_a_restarted_agent_keeps_each_tasks_user(
             # Re-attached, the task still runs as its framework's user, and the
             # restarted agent's checkpoint still says so...
             assert f"Uid:\t{uid}" in Path(f"/proc/{pid}/status").read_text()
-            record = json.loads(records.read_text())
+            record = checkpoint_at(records)
             assert (record["user"], record["container"]["user"]["uid"]) == (user, uid)
             # ...through to its end, written by the restarted agent.
             await fw.kill("long")
             await fw.wait_state("long", TaskState.KILLED)
             await wait_for_condition(
-                lambda: json.loads(records.read_text())["state"] == "TASK_KILLED",
+                lambda: checkpoint_at(records)["state"] == "TASK_KILLED",
                 what="the end's checkpoint",
             )
-            record = json.loads(records.read_text())
+            record = checkpoint_at(records)
             assert (record["user"], record["container"]["user"]["name"]) == (user, user)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mesolite.agent import _exit_log
+from tests.support.checkpoints import checkpoint_at
 
 EXIT_FILE = "exit.json"
 
@@ -21,7 +22,7 @@ def exit_record(records: Path) -> dict[str, Any] | None:
         record: dict[str, Any] = json.loads(exit_file.read_text())
         return record
     try:
-        checkpoint = json.loads((records / "task.json").read_text())
+        checkpoint = checkpoint_at(records)
     except FileNotFoundError:
         return None
     if checkpoint.get("launcher") != "spawn":

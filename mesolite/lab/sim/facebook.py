@@ -1,11 +1,12 @@
 """A workload like the Facebook Hadoop cluster of 2010 that the DRF paper simulates.
 
-The DRF paper (section 7.3) replays a week of a 2000-node Facebook cluster:
-jobs arriving all the time, most of them small and a few of thousands of tasks,
-with tasks whose CPU and memory demands differ widely from job to job (its
-figure 1: most tasks well under a slot's CPU and memory, a tail far above
-either). The trace is not public; this generator draws a workload with that
-shape, every parameter stated (`FacebookParams`, the README's table):
+The DRF paper (section 7.3) simulates a trace of Facebook's Hadoop cluster (its
+motivation studies a month, October 2010, of that 2000-node cluster's task
+demands, which differ widely from job to job; how much of the trace section 7.3
+replays is not confirmed, see the README's *Sources*): jobs arriving all the
+time, most of them small and a few of thousands of tasks. The trace is not
+public; this generator draws a workload with that shape, every parameter stated
+(`FacebookParams`, the README's table):
 
 - **arrivals**: a Poisson process, `mean_interarrival` seconds apart on average;
 - **job sizes** (tasks per job): the Facebook job-size mix of October 2009 as

@@ -14,7 +14,7 @@ MAX_ROLES_DRAWN = 8
 
 
 def plot_utilization(path: Path, results: Sequence[SimResult], title: str) -> None:
-    """CPU and memory in use by tasks over time, one line per policy (the paper's fig. 7)."""
+    """CPU and memory in use by tasks over time, one line per policy."""
     from matplotlib.figure import Figure
 
     names = sorted(results[0].samples[0].used) if results[0].samples else []
@@ -40,7 +40,7 @@ def plot_utilization(path: Path, results: Sequence[SimResult], title: str) -> No
 
 def plot_completion(path: Path, results: Sequence[SimResult], title: str) -> None:
     """Mean job completion time per job-size bin, bars per policy; with two or more
-    policies, the first's reduction against the second above each bin (the paper's fig. 8)."""
+    policies, the first's reduction against the second above each bin."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(8, 4))

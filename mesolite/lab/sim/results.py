@@ -137,7 +137,7 @@ def _cell(value: float | None) -> str:
 
 def summary_table(results: Sequence[SimResult], until: float | None = None) -> str:
     """Mean job completion time per size bin for each policy, the reduction of the first
-    against each other one (the DRF paper's figure 8 measure), and utilization."""
+    against each other one, and utilization."""
     lines = []
     head = f"{'job size (tasks)':<18}{'jobs':>6}" + "".join(
         f"{r.policy + ' JCT (s)':>16}" for r in results
@@ -176,7 +176,7 @@ def _secs(value: float | None) -> str:
 
 
 def _reduction(base: float | None, other: float | None) -> str:
-    """How much shorter `base` is than `other`, as the paper reports it."""
+    """How much shorter `base` is than `other`, as a percentage of `other`."""
     if base is None or other is None or other == 0:
         return "-"
     return f"{1 - base / other:+.0%}"
