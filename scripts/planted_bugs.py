@@ -452,6 +452,13 @@ BUGS = [
         SPAWN_TESTS,
     ),
     Bug(
+        "spawn: the shim stays the command's parent (two processes in its pids limit)",
+        "agent/_supervisor.py",
+        """    'echo "$$" >&3; exec "$@" 3>&-'""",
+        """    'echo "$$" >&3; "$@" 3>&-'""",
+        ("tests/test_isolation.py",),
+    ),
+    Bug(
         "spawn: a spawned command inherits the signals Python ignores",
         "agent/_supervisor.py",
         "                setsigdef=(signal.SIGPIPE, signal.SIGXFSZ),",
