@@ -431,11 +431,11 @@ def test_a_framework_is_offered_only_agents_where_a_shape_it_declared_fits() -> 
     allocator.add_agent("a1", Resources(cpus=2, mem=1024))
     allocator.add_framework("big", "r1")
     allocator.add_framework("small", "r2")
-    allocator.set_demand("big", [Resources(cpus=4), Resources(cpus=3, mem=512)])
+    allocator.set_demand("big", [(Resources(cpus=4), 1), (Resources(cpus=3, mem=512), 1)])
     [offer] = allocator.allocate()
     assert offer.framework_id == "small"  # no offer to big only for it to decline
     allocator.recover("small", "a1", offer.resources)
-    allocator.set_demand("big", [Resources(cpus=4), Resources(cpus=2, mem=1024)])
+    allocator.set_demand("big", [(Resources(cpus=4), 1), (Resources(cpus=2, mem=1024), 1)])
     assert [d.framework_id for d in allocator.allocate()] == ["big"]  # one now fits exactly
 
 
