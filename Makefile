@@ -42,8 +42,9 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 # Mutation testing of the allocator core (master/allocator.py, role_tree.py,
-# fair_share.py, policies/; configured in pyproject.toml [tool.mutmut]). Slow:
-# about 15 minutes on 2 cores, so it is not part of `make test`. Prints the
+# fair_share.py, policies/, and issue 18's fair_levels.py, preemption.py, demand.py,
+# preemptions.py; configured in pyproject.toml [tool.mutmut]). Slow: 30 minutes or
+# more on 2 cores, so it is not part of `make test`. Prints the
 # score per file and every survivor not reviewed as equivalent
 # (docs/mutation/equivalent.md); fails if there is one.
 MUTATION_JOBS ?= 2

@@ -19,12 +19,28 @@ One allocation cycle, as in Mesos' hierarchical allocator:
 Offered resources count as allocated, so a framework's share rises as soon as
 it is offered something and the next agent goes to whoever is now lowest.
 
+Packing (`packing=True`, the master's `--packing`; off by default). Fairness
+still decides *who* is offered next, as above; packing decides *where*, for a
+framework that declared a demand. When the walk at an agent picks such a
+framework, it is offered one task of its demanded shapes, on the agent of the
+cycle where a shape fits best (`fit_score`: the least room stranded were the
+agent filled with that shape, then best fit), which may be another agent than
+the one walked; then the walk at the agent starts again, so the rest of its
+free resources stays for others.
+It is offered no more tasks in a cycle than it declared. A framework that
+declared nothing is offered a whole agent as without packing, and a cycle in
+which no framework wanting offers declared a demand is exactly the cycle
+without packing.
+
 Cost per cycle: O(A) to visit the agents; per grant, O(depth x log(siblings))
 to re-sort the framework and its roles; plus one step per framework skipped
-because it filtered the agent. An agent whose current free resources every
-framework wanting offers has filtered is skipped in O(1) (see `_Agent.blocked_by`),
-so a cluster where everything was declined costs no more than one where
-everything is offered.
+because it filtered the agent or its demand does not fit it. An agent whose
+current free resources every framework wanting offers has filtered, or cannot
+use because no shape of its demand fits them, is skipped in O(1) (see
+`_Agent.blocked_by`), so a cluster where everything was declined costs no more
+than one where everything is offered. With packing, each task offered to a
+framework with a demand also costs O(B x S): B distinct free vectors among the
+cycle's agents (agents alike share one), S the framework's shapes.
 """
 
 from __future__ import annotations
@@ -34,7 +50,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mesolite.master.policies import DRFPolicy, SharePolicy
-from mesolite.master.role_tree import RoleTree, clip
+from mesolite.master.role_tree import Headroom, RoleTree, clip
 from mesolite.resources import EMPTY, Resources
 
 # Mesos offers nothing smaller than this: an offer of a few bytes is useless
@@ -43,6 +59,10 @@ MIN_ALLOCATABLE_CPUS = 0.01
 MIN_ALLOCATABLE_MEM = 32.0
 
 MAX_REFUSE_SECONDS = 365 * 24 * 3600.0
+
+# With packing, how many frameworks ahead in order (their demand did not fit the
+# walked agent) a task placed elsewhere must leave room for: bounds `_place`'s cost.
+MAX_PASSED = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +114,9 @@ class _Agent:
     block_gen: int = 0
     blocked_by: int = 0
     blocked_until: float = float("inf")
+    # Frameworks counted in `blocked_by` because no shape of their demand fits
+    # `blocked_free` (cleared with each new block generation).
+    unfit: set[str] = field(default_factory=set)
 
     @property
     def free(self) -> Resources:
@@ -113,10 +136,52 @@ class _Framework:
     # The task shapes it declared it waits for (None: it declared nothing, and is
     # offered anything); an offer must fit one of them. An empty tuple wants nothing.
     demand: tuple[Resources, ...] | None = None
+    counts: tuple[int, ...] = ()  # tasks of each shape; packing offers no more a cycle
+    unfit_agents: set[str] = field(default_factory=set)  # where it may be in `_Agent.unfit`
 
     @property
     def wants_offers(self) -> bool:
         return self.connected and not self.suppressed and self.demand != ()
+
+
+def fit_score(free: Resources, shape: Resources, total: Resources) -> tuple[float, float]:
+    """How badly `shape` fits in `free` (lower is better), each resource counted as a
+    fraction of the cluster's `total`, summed over the resources `free` holds:
+
+    1. what would be stranded if the agent were filled with tasks of this shape
+       alone (its free resources less as many whole tasks as fit): this keeps a
+       shape with its own kind, where whole agents of one shape pack best;
+    2. then the room left after this one task (best fit: the fullest agent that
+       still holds it, so emptier agents stay whole for larger shapes).
+
+    `shape` must fit in `free`."""
+    copies = min(
+        (int(free.get_amount(n) // amount) for n in shape if (amount := shape.get_amount(n)) > 0),
+        default=1,
+    )
+    stranded = left = 0.0
+    for name in free:
+        whole = total.get_amount(name)
+        if whole > 0:
+            have, need = free.get_amount(name), shape.get_amount(name)
+            stranded += (have - copies * need) / whole
+            left += (have - need) / whole
+    return stranded, left
+
+
+def _spoils(
+    free: Resources, shape: Resources, ahead: list[_Framework], left: dict[str, list[int]]
+) -> bool:
+    """Whether taking `shape` out of `free` leaves no room for a task that one of the
+    frameworks `ahead` waits for and that fits `free` now."""
+    rest = free - shape
+    for framework in ahead:
+        assert framework.demand is not None
+        counts = left[framework.framework_id]
+        for index, wanted in enumerate(framework.demand):
+            if counts[index] > 0 and free.contains(wanted) and not rest.contains(wanted):
+                return True
+    return False
 
 
 def is_allocatable(free: Resources) -> bool:
@@ -128,14 +193,20 @@ def is_allocatable(free: Resources) -> bool:
 
 class Allocator:
     def __init__(
-        self, clock: Callable[[], float], seed: int = 0, policy: SharePolicy | None = None
+        self,
+        clock: Callable[[], float],
+        seed: int = 0,
+        policy: SharePolicy | None = None,
+        packing: bool = False,
     ) -> None:
         self._clock = clock
+        self.packing = packing
         self._rng = random.Random(seed)
         self._agents: dict[str, _Agent] = {}
         self._frameworks: dict[str, _Framework] = {}
         self._tree = RoleTree(policy or DRFPolicy())
         self._total = EMPTY
+        self._declared: set[str] = set()  # frameworks with a demand (not None)
 
     @property
     def policy(self) -> SharePolicy:
@@ -184,6 +255,8 @@ class Allocator:
             self._frameworks[framework_id].agents.discard(agent_id)
         for framework_id in agent.filters:
             self._frameworks[framework_id].filtered_agents.discard(agent_id)
+        for framework_id in agent.unfit:
+            self._frameworks[framework_id].unfit_agents.discard(agent_id)
         self._set_total(self._total - agent.total)
 
     def activate_agent(self, agent_id: str) -> None:
@@ -209,6 +282,8 @@ class Allocator:
         """Forget the framework and free everything allocated to it."""
         framework = self._frameworks[framework_id]
         self._clear_filters(framework)
+        self._clear_unfit(framework)
+        self._declared.discard(framework_id)
         for agent_id in framework.agents:
             agent = self._agents[agent_id]
             agent.allocated = agent.allocated - agent.by_framework.pop(framework_id)
@@ -235,11 +310,20 @@ class Allocator:
         self._clear_filters(framework)
         self._refresh(framework_id)
 
-    def set_demand(self, framework_id: str, shapes: Iterable[Resources] | None) -> None:
-        """Offer the framework only agents where one of `shapes` fits (None: anything,
-        as before it declared; no shapes: nothing, like `suppress`)."""
+    def set_demand(self, framework_id: str, demand: Iterable[tuple[Resources, int]] | None) -> None:
+        """Offer the framework only agents where one of the demand's shapes fits (None:
+        anything, as before it declared; no shapes: nothing, like `suppress`). Each
+        shape comes with the count of tasks of it the framework waits for."""
         framework = self._frameworks[framework_id]
-        framework.demand = None if shapes is None else tuple(shapes)
+        self._clear_unfit(framework)
+        if demand is None:
+            framework.demand, framework.counts = None, ()
+            self._declared.discard(framework_id)
+        else:
+            pairs = tuple(demand)
+            framework.demand = tuple(shape for shape, _ in pairs)
+            framework.counts = tuple(count for _, count in pairs)
+            self._declared.add(framework_id)
         self._refresh(framework_id)
 
     # Resources -------------------------------------------------------------
@@ -294,6 +378,8 @@ class Allocator:
             return decisions
         agents = [a for a in self._agents.values() if a.active]
         self._rng.shuffle(agents)
+        if self.packing and any(self._frameworks[f].wants_offers for f in self._declared):
+            return self._allocate_packed(agents, now, wanting)
         for agent in agents:
             free = agent.free
             if not is_allocatable(free):
@@ -302,20 +388,163 @@ class Allocator:
                 continue
             choice = self._choose(agent, free, now)
             if choice is not None:
-                framework_id, offered = choice
+                framework_id, offered, _ = choice
                 self._grant(framework_id, agent, offered)
                 decisions.append(Allocation(framework_id, agent.agent_id, offered))
             elif agent.blocked_by:
-                # A full walk found everyone filtered: refresh the (possibly early) expiry.
-                agent.blocked_until = min(
-                    (
-                        f.expires_at
-                        for f in agent.filters.values()
-                        if f.block_gen == agent.block_gen
-                    ),
-                    default=float("inf"),
-                )
+                self._walked_blocked(agent)
         return decisions
+
+    def _allocate_packed(self, agents: list[_Agent], now: float, wanting: int) -> list[Allocation]:
+        """The cycle with packing (see the module): the same walk at each agent, but a
+        framework with a demand is offered one task at a time where it fits best."""
+        pool: dict[Resources, dict[str, _Agent]] = {}  # free -> the cycle's agents with it
+        for agent in agents:
+            free = agent.free
+            if is_allocatable(free) and not agent.is_blocked(free, wanting, now):
+                pool.setdefault(free, {})[agent.agent_id] = agent
+        left = {f: list(self._frameworks[f].counts) for f in self._declared}
+        declaring = [self._frameworks[f] for f in self._declared]
+        declaring = [f for f in declaring if f.wants_offers]
+        # An agent none of these fits is not walked, when every framework that wants
+        # offers declared a demand: one full walk each for agents that packing left
+        # with crumbs would make the cycle O(agents x frameworks).
+        shapes = {shape for f in declaring for shape in f.demand or ()}
+        crumbs_skipped = len(declaring) == wanting
+        granted: dict[tuple[str, str], Resources] = {}
+        # Frameworks offered all they declared: out of the walk for the rest of the cycle.
+        done: list[str] = []
+        try:
+            self._packed_walks(
+                agents, pool, left, granted, done, now, shapes if crumbs_skipped else None
+            )
+        finally:
+            for framework_id in done:
+                self._tree.set_wants(framework_id, self._frameworks[framework_id].wants_offers)
+        return [Allocation(f, a, r) for (f, a), r in granted.items()]
+
+    def _packed_walks(
+        self,
+        agents: list[_Agent],
+        pool: dict[Resources, dict[str, _Agent]],
+        left: dict[str, list[int]],
+        granted: dict[tuple[str, str], Resources],
+        done: list[str],
+        now: float,
+        shapes: set[Resources] | None,
+    ) -> None:
+        for agent in agents:
+            if self._tree.wanting_count() == 0:
+                return
+            while True:
+                free = agent.free
+                if agent.agent_id not in pool.get(free, ()):
+                    break  # not allocatable, blocked, or given away whole
+                if shapes is not None and not any(free.contains(s) for s in shapes):
+                    break
+                passed: list[_Framework] = []
+                choice = self._choose(agent, free, now, left, passed)
+                if choice is None:
+                    if agent.blocked_by:
+                        self._walked_blocked(agent)
+                    break
+                framework_id, offered, headroom = choice
+                framework = self._frameworks[framework_id]
+                if framework.demand is None:
+                    self._pool_move(pool, agent, free, offered, whole=True)
+                    self._grant(framework_id, agent, offered)
+                    key = (framework_id, agent.agent_id)
+                    granted[key] = granted.get(key, EMPTY) + offered
+                    break
+                target, index = self._place(
+                    framework, headroom, agent, free, offered, pool, left, passed, now
+                )
+                shape = framework.demand[index]
+                left[framework_id][index] -= 1
+                if not any(n > 0 for n in left[framework_id]):
+                    self._tree.set_wants(framework_id, False)
+                    done.append(framework_id)
+                self._pool_move(pool, target, target.free, shape, whole=False)
+                self._grant(framework_id, target, shape)
+                key = (framework_id, target.agent_id)
+                granted[key] = granted.get(key, EMPTY) + shape
+
+    def _place(
+        self,
+        framework: _Framework,
+        headroom: Headroom,
+        walked: _Agent,
+        walked_free: Resources,
+        offered: Resources,
+        pool: dict[Resources, dict[str, _Agent]],
+        left: dict[str, list[int]],
+        passed: list[_Framework],
+        now: float,
+    ) -> tuple[_Agent, int]:
+        """Where (and which shape) to offer `framework` one task: the best fit among the
+        cycle's agents it may be offered; the walked agent, where one fits, breaks ties.
+
+        Another agent is chosen only if the task takes no room there that a framework
+        ahead of it in order (`passed`: the walk passed them, their demand does not fit
+        the walked agent) could use: packing must not starve a larger shape, ahead of
+        it, of the agents where it would fit."""
+        assert framework.demand is not None
+        counts = left[framework.framework_id]
+        best: tuple[tuple[float, float], int] | None = None
+        best_agent = walked
+        for index, shape in enumerate(framework.demand):
+            if counts[index] > 0 and offered.contains(shape):
+                score = fit_score(walked_free, shape, self._total)
+                if best is None or score < best[0]:
+                    best = (score, index)
+        assert best is not None, "the walk picked a framework none of whose shapes fits"
+        for free, members in pool.items():
+            if free == walked_free:
+                continue
+            view = clip(free, headroom)
+            for index, shape in enumerate(framework.demand):
+                if counts[index] <= 0 or not view.contains(shape):
+                    continue
+                score = fit_score(free, shape, self._total)
+                if score < best[0] and not _spoils(free, shape, passed, left):
+                    agent = self._first_unfiltered(framework.framework_id, members, free, now)
+                    if agent is not None:
+                        best, best_agent = (score, index), agent
+        return best_agent, best[1]
+
+    def _first_unfiltered(
+        self, framework_id: str, members: dict[str, _Agent], free: Resources, now: float
+    ) -> _Agent | None:
+        for agent in members.values():
+            refused = agent.filters.get(framework_id)
+            if refused is None or refused.expires_at <= now or not refused.resources.contains(free):
+                return agent
+        return None
+
+    @staticmethod
+    def _pool_move(
+        pool: dict[Resources, dict[str, _Agent]],
+        agent: _Agent,
+        free: Resources,
+        taken: Resources,
+        whole: bool,
+    ) -> None:
+        """Take `taken` out of the agent's free resources in the cycle's pool (all of
+        the agent, for an offer of what is left of it)."""
+        members = pool[free]
+        del members[agent.agent_id]
+        if not members:
+            del pool[free]
+        rest = free - taken
+        if not whole and is_allocatable(rest):
+            pool.setdefault(rest, {})[agent.agent_id] = agent
+
+    def _walked_blocked(self, agent: _Agent) -> None:
+        """A full walk found everyone filtered or unfit: refresh the (possibly early) expiry."""
+        agent.blocked_until = min(
+            (f.expires_at for f in agent.filters.values() if f.block_gen == agent.block_gen),
+            default=float("inf"),
+        )
 
     # Reading ---------------------------------------------------------------
 
@@ -345,7 +574,22 @@ class Allocator:
 
     # Internals -------------------------------------------------------------
 
-    def _choose(self, agent: _Agent, free: Resources, now: float) -> tuple[str, Resources] | None:
+    def _choose(
+        self,
+        agent: _Agent,
+        free: Resources,
+        now: float,
+        left: dict[str, list[int]] | None = None,
+        passed: list[_Framework] | None = None,
+    ) -> tuple[str, Resources, Headroom] | None:
+        """The first framework in order that may be offered the agent's `free`
+        resources, what it is offered and its roles' headroom. With `left` (packing),
+        a framework with a demand must also still wait, this cycle, for a task of a
+        shape that fits, and the first `MAX_PASSED` frameworks skipped because no
+        shape of their demand fits `free` are appended to `passed`.
+
+        Each framework skipped because it filtered `free` or because no shape of its
+        demand fits `free` is counted toward the agent's block (`blocked_by`)."""
         filters = agent.filters
         for framework_id, headroom in self._tree.candidates():
             refused = filters.get(framework_id)
@@ -353,15 +597,41 @@ class Allocator:
                 if refused.expires_at <= now:
                     self._drop_filter(framework_id, agent)
                 elif refused.resources.contains(free):
+                    if agent.blocked_free != free:
+                        self._new_block(agent, free)
+                    if refused.block_gen != agent.block_gen and framework_id not in agent.unfit:
+                        refused.block_gen = agent.block_gen
+                        agent.blocked_by += 1
+                        agent.blocked_until = min(agent.blocked_until, refused.expires_at)
                     continue
+            framework = self._frameworks[framework_id]
+            demand = framework.demand
+            if demand is not None and not any(free.contains(shape) for shape in demand):
+                if agent.blocked_free != free:
+                    self._new_block(agent, free)
+                if framework_id not in agent.unfit:
+                    agent.unfit.add(framework_id)
+                    framework.unfit_agents.add(agent.agent_id)
+                    agent.blocked_by += 1
+                if passed is not None and len(passed) < MAX_PASSED:
+                    passed.append(framework)
+                continue
             offered = clip(free, headroom)
-            if is_allocatable(offered) and self._fits_demand(framework_id, offered):
-                return framework_id, offered
+            if is_allocatable(offered) and self._fits_demand(framework, offered, left):
+                return framework_id, offered, headroom
         return None
 
-    def _fits_demand(self, framework_id: str, offered: Resources) -> bool:
-        demand = self._frameworks[framework_id].demand
-        return demand is None or any(offered.contains(shape) for shape in demand)
+    @staticmethod
+    def _fits_demand(
+        framework: _Framework, offered: Resources, left: dict[str, list[int]] | None
+    ) -> bool:
+        demand = framework.demand
+        if demand is None:
+            return True
+        if left is None:
+            return any(offered.contains(shape) for shape in demand)
+        counts = left[framework.framework_id]
+        return any(counts[i] > 0 and offered.contains(shape) for i, shape in enumerate(demand))
 
     def _grant(self, framework_id: str, agent: _Agent, resources: Resources) -> None:
         agent.allocated = agent.allocated + resources
@@ -384,18 +654,35 @@ class Allocator:
         free = agent.free
         if framework.wants_offers and resources.contains(free):
             if agent.blocked_free != free:
-                agent.blocked_free = free
-                agent.block_gen += 1
-                agent.blocked_by = 0
-                agent.blocked_until = float("inf")
-            refused.block_gen = agent.block_gen
-            agent.blocked_by += 1
-            agent.blocked_until = min(agent.blocked_until, expires_at)
+                self._new_block(agent, free)
+            if framework_id not in agent.unfit:  # else it is counted already
+                refused.block_gen = agent.block_gen
+                agent.blocked_by += 1
+                agent.blocked_until = min(agent.blocked_until, expires_at)
 
     def _drop_filter(self, framework_id: str, agent: _Agent) -> None:
         refused = agent.filters.pop(framework_id)
         self._frameworks[framework_id].filtered_agents.discard(agent.agent_id)
         self._unblock(agent, refused)
+
+    @staticmethod
+    def _new_block(agent: _Agent, free: Resources) -> None:
+        """Count blocks against `free` from now on (the old ones no longer count)."""
+        agent.blocked_free = free
+        agent.block_gen += 1
+        agent.blocked_by = 0
+        agent.blocked_until = float("inf")
+        agent.unfit.clear()
+
+    def _clear_unfit(self, framework: _Framework) -> None:
+        """Its demand changed or it stopped wanting offers: it blocks no agent as unfit."""
+        framework_id = framework.framework_id
+        for agent_id in framework.unfit_agents:
+            agent = self._agents.get(agent_id)
+            if agent is not None and framework_id in agent.unfit:
+                agent.unfit.discard(framework_id)
+                agent.blocked_by -= 1
+        framework.unfit_agents.clear()
 
     @staticmethod
     def _unblock(agent: _Agent, refused: _Filter) -> None:
@@ -412,6 +699,9 @@ class Allocator:
             agent.blocked_free = None
             agent.block_gen += 1
             agent.blocked_by = 0
+            agent.unfit.clear()
+        for framework in self._frameworks.values():
+            framework.unfit_agents.clear()
 
     def _refresh(self, framework_id: str) -> None:
         framework = self._frameworks[framework_id]
@@ -420,6 +710,7 @@ class Allocator:
             for agent_id in framework.filtered_agents:
                 agent = self._agents[agent_id]
                 self._unblock(agent, agent.filters[framework_id])
+            self._clear_unfit(framework)
         self._tree.set_wants(framework_id, framework.wants_offers)
 
     def _set_total(self, total: Resources) -> None:

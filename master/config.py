@@ -43,6 +43,9 @@ class MasterConfig:
     preemption: bool = True
     preemption_grace: float = 5.0
     preemption_hold: float = 30.0
+    # Place tasks of frameworks that declared a demand where they fit best
+    # (master/allocator.py, "Packing"); off unless --packing.
+    packing: bool = False
     # Authorization (master/acl.py); None: every principal may do everything.
     acls_file: Path | None = None
     # Bounds on what clients create (each refusal says which was reached).

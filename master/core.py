@@ -97,7 +97,9 @@ class MasterCore(abc.ABC):
         self._clock = clock
         self._wall_clock = wall_clock
         self._timers = timers
-        self.allocator = Allocator(clock, seed=config.seed, policy=make_policy(config.policy))
+        self.allocator = Allocator(
+            clock, seed=config.seed, policy=make_policy(config.policy), packing=config.packing
+        )
         # Raises RolesConfigError for a bad file: a master must not start half-configured.
         self.roles_config = (
             load_roles(config.roles_file) if config.roles_file else RolesConfig.default()

@@ -36,7 +36,7 @@ class DemandHandling(MasterCore):
                 raise CallRejected("a demand's shape must name some resources")
         wanted = tuple((r, n) for r, n in shapes if n > 0)
         framework.demand = wanted
-        self.allocator.set_demand(framework_id, [r for r, _ in wanted])
+        self.allocator.set_demand(framework_id, wanted)
         log.info(
             "demand declared",
             framework_id=framework_id,

@@ -22,7 +22,11 @@ above their own shares hold enough it can use. Fair-share preemption is off
 unless a role sets `fair_share_timeout`. `--no-preemption` turns both off.
 
 Preemption works on the roles frameworks are in, against their hierarchical
-instantaneous fair shares (`master/fair_levels.py`).
+instantaneous fair shares (`master/fair_levels.py`). A role whose every framework
+declared its demand (`master/demand.py`) is starved of its guarantee only as far as
+its demand reaches (what it holds plus what it waits for), as the Fair Scheduler
+caps min-share starvation at the demand: nothing is taken back for it that it could
+not use.
 """
 
 from __future__ import annotations
@@ -49,7 +53,6 @@ class Preempting:
 
     for_role: str
     kind: Kind
-    since: float
     kill_at: float
     timer: Cancellable | None
     killed: bool = False  # the agent was told to kill it
@@ -81,23 +84,21 @@ class PreemptionHandling(MasterCore):
         for o in self.offers.values():
             role = tree.framework_role(o.offer.framework_id)
             offered[role] = offered.get(role, EMPTY) + o.offer.resources
+        roles = {tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing}
+        held = {path: tree.role_allocation(path) - offered.get(path, EMPTY) for path in roles}
         demands = {
-            path: tree.role_allocation(path) - offered.get(path, EMPTY) + extra
-            for path, extra in self.role_demands().items()
-            if tree.has_role(path)
+            path: held[path] + extra for path, extra in self.role_demands().items() if path in held
         }
-        fair = fair_levels(self._share_inputs(), total, active, demands)
+        fair = fair_levels(self._share_inputs(), total, active, demands, held)
         now = self._clock()
         states: dict[str, RoleState] = {}
-        for path in {
-            tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing
-        }:
+        for path in roles:
             spec = self.roles_config.spec(path)
             guarantee = tree.role_guarantee(path)
             state = RoleState(
-                tree.role_allocation(path) - offered.get(path, EMPTY),
+                held[path],
                 fair.get(path, EMPTY),
-                guarantee,
+                _within(guarantee, demands.get(path)),
                 tree.role_weight(path),
                 tree.role_resource_weights(path),
                 wants=path in active,
@@ -173,7 +174,7 @@ class PreemptionHandling(MasterCore):
         grace = self.config.preemption_grace
         now = self._clock()
         timer = self._timers.call_later(grace, self._grace_over, *key)
-        self.preempting[key] = Preempting(victim.for_role, victim.kind, now, now + grace, timer)
+        self.preempting[key] = Preempting(victim.for_role, victim.kind, now + grace, timer)
         framework = self.frameworks[task.framework_id]
         if framework.outbox is not None:
             framework.outbox.send(
@@ -274,6 +275,15 @@ def _since(
         table.pop(path, None)
         return None
     return table.setdefault(path, now)
+
+
+def _within(guarantee: Resources, demand: Resources | None) -> Resources:
+    """The part of a guarantee the role can use: no more of each resource than its demand
+    (the Fair Scheduler's min-share starvation is min(minShare, demand) - usage), all
+    of it when its demand is unknown."""
+    if demand is None:
+        return guarantee
+    return Resources({n: min(guarantee.get_amount(n), demand.get_amount(n)) for n in guarantee})
 
 
 def _due(s: RoleState) -> bool:

@@ -11,6 +11,14 @@ declined every agent with a long filter (set up through the allocator's own
 grant/recover path, one (framework, agent) pair at a time); it needs one
 filter per pair, so by default it runs only where frameworks x agents is at
 most --max-filters. A benchmark, not a test: it prints figures and asserts nothing.
+
+Two more columns concern declared demands (`Allocator.set_demand`). "unfit" times a
+cycle, after a first one, in which every framework declared a shape no agent can
+hold (`cpus:48`): each is passed over at each agent by the first cycle, which then
+counts it toward the agent's block, so the next cycle skips every agent in O(1),
+as for filters. "packing" times the first cycle with `packing=True` when every
+framework waits for 20 tasks of `cpus:1;mem:128`: one grant per task, each placed
+where it fits best (see the allocator's module for the cost).
 """
 
 from __future__ import annotations
@@ -31,8 +39,13 @@ from mesolite.resources import Resources
 AGENT = Resources.parse("cpus:24;mem:4096;disk:4096")
 
 
-def build(agents: int, frameworks: int) -> Allocator:
-    allocator = Allocator(lambda: 0.0, seed=1)
+UNFIT = Resources.parse("cpus:48")
+TASK = Resources.parse("cpus:1;mem:128")
+TASKS_EACH = 20
+
+
+def build(agents: int, frameworks: int, packing: bool = False) -> Allocator:
+    allocator = Allocator(lambda: 0.0, seed=1, packing=packing)
     for i in range(agents):
         allocator.add_agent(f"agent-{i}", AGENT)
     for j in range(frameworks):
@@ -51,7 +64,11 @@ def timed(action: Callable[[], object], repeat: int) -> tuple[float, object]:
 
 
 def offer_all(agents: int, frameworks: int, repeat: int) -> tuple[float, int]:
-    allocator = build(agents, frameworks)
+    return first_cycles(build(agents, frameworks), repeat)
+
+
+def first_cycles(allocator: Allocator, repeat: int) -> tuple[float, int]:
+    """The first cycle, `repeat` times: everything offered is given back in between."""
     times, offers = [], 0
     for _ in range(repeat):
         gc.collect()
@@ -77,6 +94,23 @@ def declined(agents: int, frameworks: int, repeat: int) -> tuple[float, int]:
     return seconds, len(decisions)
 
 
+def unfit(agents: int, frameworks: int, repeat: int) -> tuple[float, int]:
+    allocator = build(agents, frameworks)
+    for j in range(frameworks):
+        allocator.set_demand(f"framework-{j}", [(UNFIT, 1)])
+    allocator.allocate()  # walks every framework at every agent, once
+    seconds, decisions = timed(allocator.allocate, repeat)
+    assert isinstance(decisions, list)
+    return seconds, len(decisions)
+
+
+def packing(agents: int, frameworks: int, repeat: int) -> tuple[float, int]:
+    allocator = build(agents, frameworks, packing=True)
+    for j in range(frameworks):
+        allocator.set_demand(f"framework-{j}", [(TASK, TASKS_EACH)])
+    return first_cycles(allocator, repeat)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -95,7 +129,7 @@ def main() -> int:
     print(f"python {sys.version.split()[0]}, one allocation cycle, median of {args.repeat}")
     print(
         f"{'agents':>7} {'frameworks':>10} {'offer all':>10} {'offers':>7} "
-        f"{'declined':>9} {'offers':>7}"
+        f"{'declined':>9} {'offers':>7} {'unfit':>8} {'offers':>7} {'packing':>8} {'offers':>7}"
     )
     for agents in agent_counts:
         for frameworks in framework_counts:
@@ -106,6 +140,9 @@ def main() -> int:
                 row += f" {d_seconds:>8.3f}s {d_offers:>7}"
             else:
                 row += f" {'(skipped: ' + format(agents * frameworks, ',') + ' filters)':>17}"
+            u_seconds, u_offers = unfit(agents, frameworks, args.repeat)
+            p_seconds, p_offers = packing(agents, frameworks, args.repeat)
+            row += f" {u_seconds:>7.3f}s {u_offers:>7} {p_seconds:>7.3f}s {p_offers:>7}"
             print(row, flush=True)
     return 0
 

@@ -94,8 +94,8 @@ BUGS = [
         "remove_agent leaves the filter index behind",
         "master/allocator.py",
         "            self._frameworks[framework_id].filtered_agents.discard(agent_id)\n"
-        "        self._set_total",
-        "            pass\n        self._set_total",
+        "        for framework_id in agent.unfit:",
+        "            pass\n        for framework_id in agent.unfit:",
     ),
     Bug(
         "framework ties broken by id, not subscription order",
@@ -450,6 +450,13 @@ BUGS = [
         """    'while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '""",
         """    'echo "$$" >&3; while [ "$1" != -- ]; do echo 0 > "$1/cgroup.procs" || '""",
         SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn: the shim stays the command's parent (two processes in its pids limit)",
+        "agent/_supervisor.py",
+        """    'echo "$$" >&3; exec "$@" 3>&-'""",
+        """    'echo "$$" >&3; "$@" 3>&-'""",
+        ("tests/test_isolation.py",),
     ),
     Bug(
         "spawn: a spawned command inherits the signals Python ignores",
@@ -1064,12 +1071,15 @@ HA_BUGS = [
 # each policy's frameworks would ask for.
 SIM_TESTS = ("tests/test_simulator.py",)
 PREEMPTION_TESTS = ("tests/test_preemption.py",)
+UI_PREEMPTION_TESTS = (
+    "tests/test_ui_browser.py::test_a_task_being_preempted_shows_its_badge_until_it_is_killed",
+)
 SIM_BUGS = [
     Bug(
         "the allocator ignores declared demand",
         "master/allocator.py",
-        "        return demand is None or any(offered.contains(shape) for shape in demand)",
-        "        return True",
+        "framework.demand = tuple(shape for shape, _ in pairs)",
+        "framework.demand = None",
         ("tests/test_allocator.py", "tests/test_demand.py"),
     ),
     Bug(
@@ -1094,10 +1104,31 @@ SIM_BUGS = [
         ("tests/test_preemptions.py",),
     ),
     Bug(
+        "preemption: a guarantee taken back beyond the role's declared demand",
+        "master/preemptions.py",
+        "                _within(guarantee, demands.get(path)),",
+        "                guarantee,",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
         "preemption plans again for what it already took",
         "master/preemptions.py",
         "        for (framework_id, task_id), p in self.preempting.items():",
         "        for (framework_id, task_id), p in {}.items():",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "fair levels: a CPU-only role is given a share of memory",
+        "master/fair_levels.py",
+        "        elif path in confine:",
+        "        elif False:",
+        ("tests/test_preemption.py", "tests/test_preemptions.py"),
+    ),
+    Bug(
+        "fair levels: preemption measures roles without what their tasks hold",
+        "master/preemptions.py",
+        "fair = fair_levels(self._share_inputs(), total, active, demands, held)",
+        "fair = fair_levels(self._share_inputs(), total, active, demands)",
         ("tests/test_preemptions.py",),
     ),
     Bug(
@@ -1121,6 +1152,20 @@ SIM_BUGS = [
         "            if kind is Kind.FAIR_SHARE and share(victim, after) < share(",
         "            if False and share(victim, after) < share(",
         PREEMPTION_TESTS,
+    ),
+    Bug(
+        "ui: a task being preempted shows no badge",
+        "master/ui/app.js",
+        "    if (!p) return null;\n    const when",
+        "    if (p || !p) return null;\n    const when",
+        UI_PREEMPTION_TESTS,
+    ),
+    Bug(
+        "ui: the preempting badge does not say for whom",
+        "master/ui/app.js",
+        "    b.title = `for role ${p.for_role} (${p.kind.replace('_', '-')})`;",
+        "    b.title = `(${p.kind.replace('_', '-')})`;",
+        UI_PREEMPTION_TESTS,
     ),
     Bug(
         "sim: a task ends as it starts",
@@ -1256,13 +1301,90 @@ MESOS_BUGS = [
 ]
 
 
+# Packing (issue 18: placing declared demand where it fits best) and the block of agents
+# that frameworks cannot use because their demand does not fit them.
+PACKING_TESTS = ("tests/test_packing.py",)
+PACKING_BUGS = [
+    Bug(
+        "packing: a task goes to the walked agent, not where it fits best",
+        "master/allocator.py",
+        "if score < best[0] and not _spoils(free, shape, passed, left):",
+        "if False:",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "packing: a task placed elsewhere takes the room of a larger shape ahead of it",
+        "master/allocator.py",
+        "if score < best[0] and not _spoils(free, shape, passed, left):",
+        "if score < best[0]:",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "packing: plain best fit, blind to what a task strands",
+        "master/allocator.py",
+        "    return stranded, left\n",
+        "    return 0.0, left\n",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "packing: more tasks offered in a cycle than declared",
+        "master/allocator.py",
+        "left[framework_id][index] -= 1",
+        "left[framework_id][index] -= 0",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "a framework whose demand does not fit is not counted toward the agent's block",
+        "master/allocator.py",
+        "framework.unfit_agents.add(agent.agent_id)\n                    agent.blocked_by += 1\n",
+        "framework.unfit_agents.add(agent.agent_id)\n",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "a new demand leaves the framework counted as unfit where it now fits",
+        "master/allocator.py",
+        "        self._clear_unfit(framework)\n        if demand is None:",
+        "        if demand is None:",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "a removed framework stays counted as unfit",
+        "master/allocator.py",
+        "        self._clear_unfit(framework)\n        self._declared.discard(framework_id)",
+        "        self._declared.discard(framework_id)",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "a framework that stops wanting offers stays counted as unfit",
+        "master/allocator.py",
+        "            self._clear_unfit(framework)\n        self._tree.set_wants",
+        "        self._tree.set_wants",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "the walk counts a filter toward the block again",
+        "master/allocator.py",
+        "if refused.block_gen != agent.block_gen and framework_id not in agent.unfit:",
+        "if framework_id not in agent.unfit:",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "the simulator ignores its packing switch",
+        "mesolite/lab/sim/engine.py",
+        "            packing=settings.packing,\n",
+        "",
+        PACKING_TESTS,
+    ),
+]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="substrings of bug names")
     parser.add_argument("--tests", nargs="*", default=[], help="test files to run")
     args = parser.parse_args()
     missed = 0
-    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *MESOS_BUGS, *SIM_BUGS]:
+    for bug in [*BUGS, *OPERATOR_BUGS, *HA_BUGS, *MESOS_BUGS, *SIM_BUGS, *PACKING_BUGS]:
         if args.only and not any(s in bug.name for s in args.only):
             continue
         tests = tuple(args.tests) or bug.tests or FAST_TESTS

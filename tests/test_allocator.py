@@ -87,6 +87,32 @@ def test_a_filter_does_not_hold_back_more_resources_than_were_declined() -> None
     assert allocator.allocate() == [Allocation("A", "s1", whole.resources)]
 
 
+def test_a_hold_keeps_the_whole_agent_from_the_framework_for_its_seconds() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=4, mem=4096))
+    allocator.add_framework("A", "*")
+    [whole] = allocator.allocate()
+    task = Resources(cpus=1, mem=512)
+    allocator.recover("A", "s1", whole.resources - task)
+    allocator.recover("A", "s1", task)  # preempted: then held for half a second
+    allocator.hold("A", "s1", 0.5)
+    assert allocator.allocate() == []  # not even the rest of the agent
+    clock.now = 0.5
+    assert allocator.allocate() == [Allocation("A", "s1", whole.resources)]
+
+
+def test_a_hold_of_no_time_leaves_the_frameworks_filter_alone() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock)
+    allocator.add_agent("s1", Resources(cpus=4, mem=4096))
+    allocator.add_framework("A", "*")
+    [whole] = allocator.allocate()
+    allocator.recover("A", "s1", whole.resources, refuse_seconds=60)
+    allocator.hold("A", "s1", 0.0)  # an ordinary task end elsewhere: nothing held
+    assert allocator.allocate() == []  # the decline's filter still holds
+
+
 def test_suppress_stops_offers_and_revive_clears_filters() -> None:
     allocator = Allocator(FakeClock())
     allocator.add_agent("s1", Resources(cpus=1, mem=1024))
@@ -405,11 +431,11 @@ def test_a_framework_is_offered_only_agents_where_a_shape_it_declared_fits() -> 
     allocator.add_agent("a1", Resources(cpus=2, mem=1024))
     allocator.add_framework("big", "r1")
     allocator.add_framework("small", "r2")
-    allocator.set_demand("big", [Resources(cpus=4), Resources(cpus=3, mem=512)])
+    allocator.set_demand("big", [(Resources(cpus=4), 1), (Resources(cpus=3, mem=512), 1)])
     [offer] = allocator.allocate()
     assert offer.framework_id == "small"  # no offer to big only for it to decline
     allocator.recover("small", "a1", offer.resources)
-    allocator.set_demand("big", [Resources(cpus=4), Resources(cpus=2, mem=1024)])
+    allocator.set_demand("big", [(Resources(cpus=4), 1), (Resources(cpus=2, mem=1024), 1)])
     assert [d.framework_id for d in allocator.allocate()] == ["big"]  # one now fits exactly
 
 

@@ -7,6 +7,7 @@ import pytest
 from mesolite.master import messages as msg
 from mesolite.master.errors import CallRejected
 from mesolite.master.fair_levels import fair_levels
+from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
 from tests.support.core import CoreHarness
 
@@ -57,3 +58,29 @@ def test_fair_levels_unchanged_without_demands() -> None:
     inputs = {"a": ShareInput(), "b": ShareInput()}
     total = Resources(cpus=4)
     assert fair_levels(inputs, total, {"a", "b"}, {}) == fair_levels(inputs, total, {"a", "b"})
+
+
+def test_a_roles_demand_sums_its_frameworks_and_needs_every_one_declared() -> None:
+    core = CoreHarness()
+    agent = core.add_agent("cpus:4;mem:4096")
+    # A torn-down framework whose task is still being killed comes first: it counts
+    # for nothing, and the others after it still count.
+    gone = core.subscribe("gone", role="r3")
+    [offer] = core.allocate_for(gone)
+    core.master.accept(
+        gone.framework_id, [offer.offer_id], [TaskSpec("g", "sleep inf", Resources(cpus=1))], 0
+    )
+    core.update(agent, gone, "g", TaskState.RUNNING)
+    core.master.declare_demand(gone.framework_id, [(Resources(cpus=1), 2)])
+    core.master.teardown(gone.framework_id)
+    assert core.master.frameworks[gone.framework_id].removing
+    undeclared = core.subscribe("u", role="r1")  # before the declared ones
+    d1 = core.subscribe("d1", role="r2")
+    d2 = core.subscribe("d2", role="r2")
+    declared = core.subscribe("x", role="r1")
+    core.master.declare_demand(d1.framework_id, [(Resources(cpus=1), 2)])
+    core.master.declare_demand(d2.framework_id, [(Resources(mem=100), 3)])
+    core.master.declare_demand(declared.framework_id, [(Resources(cpus=2), 1)])
+    # r1 has a framework that declared nothing (`u`): its demand is unknown, uncapped.
+    assert undeclared.framework_id in core.master.frameworks
+    assert core.master.role_demands() == {"r2": Resources(cpus=2, mem=300)}

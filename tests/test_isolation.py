@@ -199,14 +199,28 @@ async def test_limits_are_written_from_the_tasks_resources(
         assert (dirs["memory"] / "memory.max").read_text().strip() == str(40 << 20)
         assert (dirs["pids"] / "pids.max").read_text().strip() == "100"
     # The command is in the cgroup: spawned by the supervisor, the very process the
-    # checkpoint names (once its shim has joined); with a wrapper, not the wrapper.
+    # checkpoint names (its shim joined before it said so, so by TASK_RUNNING); with a
+    # wrapper, not the wrapper.
     cgroup = container.cgroup
     pid = _wrapper_pid(runner, "t")
     if _launcher(runner, "t") == "spawn":
-        await wait_for_condition(lambda: pid in cgroup.pids(), what="the command in its cgroup")
+        assert pid in cgroup.pids()
     else:
         pids = cgroup.pids()
         assert pids and pid not in pids
+
+
+@needs_cgroups
+async def test_a_command_starts_at_a_pids_limit_of_one(
+    make_runner: MakeRunner, recorder: Recorder
+) -> None:
+    # Nothing but the command counts against its limit (the supervisor never steps
+    # into a task's cgroup): it alone fits a limit of 1.
+    runner = make_runner(pids_limit=1)
+    runner.launch(FW, spec("one", "echo started"))  # a builtin: no fork
+    final = await recorder.wait_final("one")
+    assert final.state is TaskState.FINISHED, final
+    assert (runner.sandbox_path(FW, "one") / "stdout").read_text() == "started\n"
 
 
 def _launcher(runner: TaskRunner, task_id: str) -> str:

@@ -3,6 +3,7 @@ pure tables and hypothesis properties."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -13,6 +14,7 @@ from mesolite.master.preemption import (
     Candidate,
     Kind,
     RoleState,
+    Victim,
     below_fair_share,
     below_guarantee,
     plan,
@@ -48,6 +50,24 @@ def test_fair_levels_divide_among_active_roles_capped_by_demand() -> None:
     capped = fair_levels(inputs, TOTAL, {"a", "b"}, {"b": Resources(cpus=1)})
     assert capped["b"] == Resources(cpus=1)
     assert capped["a"] == Resources(cpus=7, mem=8192)
+
+
+def test_fair_levels_give_a_role_no_share_of_a_resource_its_tasks_do_not_use() -> None:
+    inputs = {"cpu": ShareInput(), "both": ShareInput(), "new": ShareInput()}
+    active = {"cpu", "both", "new"}
+    # `cpu` declared nothing and holds CPUs only: it is given no memory, as the Fair
+    # Scheduler caps each resource's share at the demand for it; a role that holds
+    # nothing and declared nothing (`new`) is not capped, and a declared demand wins.
+    held = {"cpu": Resources(cpus=2), "both": Resources(cpus=1, mem=512), "new": EMPTY}
+    levels = fair_levels(inputs, Resources(cpus=9, mem=9000), active, {}, held)
+    assert levels["cpu"] == Resources(cpus=3)
+    assert levels["both"] == levels["new"] == Resources(cpus=3, mem=4500)
+    declared = fair_levels(
+        inputs, Resources(cpus=9, mem=9000), active, {"cpu": Resources(cpus=2, mem=900)}, held
+    )
+    assert declared["cpu"] == Resources(cpus=2, mem=900)
+    # The rest is divided between the other two.
+    assert declared["both"] == declared["new"] == Resources(cpus=3.5, mem=4050)
 
 
 def test_a_guaranteed_role_takes_back_its_guarantee_from_one_that_came_first() -> None:
@@ -237,3 +257,200 @@ def _with(s: RoleState, allocation: Resources) -> RoleState:
         s.fair_share_timeout,
         s.threshold,
     )
+
+
+# Each test below pins one rule of the planner that a surviving mutant of
+# `make mutation` broke without any test failing (docs/mutation/equivalent.md lists
+# the ones that change nothing).
+ONE = Resources(cpus=1)  # a CPU-only task
+
+
+def short_of_guarantee(allocation: Resources, fair: Resources, guarantee: Resources) -> RoleState:
+    """A role below its guarantee, its min_share_timeout over."""
+    return RoleState(allocation, fair, guarantee, below_guarantee_for=0.0, min_share_timeout=0.0)
+
+
+def short_of_fair_share(
+    allocation: Resources, fair: Resources, resource_weights: dict[str, float] | None = None
+) -> RoleState:
+    """A role below its fair share (threshold 1), its fair_share_timeout over."""
+    return RoleState(
+        allocation,
+        fair,
+        resource_weights=resource_weights,
+        below_fair_share_for=0.0,
+        fair_share_timeout=0.0,
+        threshold=1.0,
+    )
+
+
+def shaped(role: str, n: int, shape: Resources, start: float = 0.0) -> list[Candidate]:
+    return [Candidate(f"fw-{role}", f"{role}-{i}", role, "a0", shape, start + i) for i in range(n)]
+
+
+def ids(victims: list[Victim]) -> list[str]:
+    return [v.task.task_id for v in victims]
+
+
+def test_below_guarantee_means_strictly_below_it_in_some_resource() -> None:
+    assert not below_guarantee(Resources(cpus=6, mem=10), Resources(cpus=6))
+    assert below_guarantee(Resources(cpus=5.9, mem=10), Resources(cpus=6))
+    assert not below_guarantee(Resources(cpus=8, mem=100), Resources(cpus=6, mem=100))
+    assert below_guarantee(Resources(cpus=8, mem=99), Resources(cpus=6, mem=100))
+    assert not below_guarantee(EMPTY, EMPTY)
+
+
+def test_below_fair_share_takes_the_threshold_given_over_the_roles_own() -> None:
+    s = RoleState(Resources(cpus=3), Resources(cpus=4), threshold=0.5)
+    assert not below_fair_share(s, TOTAL, DRF)  # 3/8 against 0.5 x 4/8
+    assert below_fair_share(s, TOTAL, DRF, threshold=1.0)
+
+
+def test_min_share_preemption_stops_at_the_guarantee_not_the_fair_share() -> None:
+    star = tasks("*", 8)
+    roles = {
+        "idle": RoleState(EMPTY, EMPTY, wants=False),  # first: the others are still planned
+        "*": RoleState(held(star), Resources(cpus=4, mem=4096)),
+        "gold": short_of_guarantee(EMPTY, Resources(cpus=4, mem=4096), Resources(cpus=2)),
+    }
+    victims = plan(roles, star, EMPTY, TOTAL, DRF)
+    assert ids(victims) == ["*-7", "*-6"]  # its guarantee, though its fair share is 4
+
+
+def test_a_role_below_its_guarantee_is_served_before_one_below_its_fair_share() -> None:
+    # One task can be taken (v is at its fair share plus one); g is below its guarantee,
+    # f further below its fair share: the guarantee comes first.
+    v = shaped("v", 6, ONE)
+    g = shaped("g", 1, ONE, start=10)
+    roles = {
+        "v": RoleState(held(v), Resources(cpus=5), threshold=1.0),
+        "g": short_of_guarantee(held(g), Resources(cpus=2), Resources(cpus=2)),
+        "f": short_of_fair_share(EMPTY, Resources(cpus=2)),
+    }
+    victims = plan(roles, v + g, EMPTY, TOTAL, DRF)
+    assert [(v.task.task_id, v.for_role) for v in victims] == [("v-5", "g")]
+
+
+def test_the_most_starved_below_its_fair_share_is_served_first() -> None:
+    # f1 holds a quarter of its fair share, f2 half of its (smaller) one: f1 first.
+    v = shaped("v", 6, ONE)
+    roles = {
+        "v": RoleState(held(v), Resources(cpus=5), threshold=1.0),
+        "f2": short_of_fair_share(Resources(cpus=1), Resources(cpus=2)),
+        "f1": short_of_fair_share(Resources(cpus=1), Resources(cpus=4)),
+    }
+    victims = plan(roles, v, EMPTY, TOTAL, DRF)
+    assert [(v.task.task_id, v.for_role) for v in victims] == [("v-5", "f1")]
+
+
+@pytest.mark.parametrize(("free_cpus", "taken"), [(2, 1), (3, 0)])
+def test_free_resources_are_credited_once_and_only_what_a_role_lacks(
+    free_cpus: int, taken: int
+) -> None:
+    # g1 lacks 2 CPUs, g2 1: the free CPUs go to g1 first (its share ties, its name is
+    # first), and only what it lacks; g2 is given the rest, and a task for what remains.
+    v = shaped("v", 4, ONE)
+    roles = {
+        "v": RoleState(held(v), Resources(cpus=2)),
+        "g1": short_of_guarantee(Resources(cpus=1), Resources(cpus=3), Resources(cpus=3)),
+        "g2": short_of_guarantee(Resources(cpus=1), Resources(cpus=2), Resources(cpus=2)),
+    }
+    victims = plan(roles, v, Resources(cpus=free_cpus), TOTAL, DRF)
+    assert len(victims) == taken and all(v.for_role == "g2" for v in victims)
+
+
+def test_a_task_of_a_role_the_planner_does_not_know_is_never_taken() -> None:
+    v = shaped("v", 2, ONE)
+    stray = Candidate("fw-x", "x-0", "x", "a0", ONE, 99.0)  # the newest
+    roles = {
+        "v": RoleState(held(v), EMPTY),
+        "g": short_of_guarantee(EMPTY, Resources(cpus=1), Resources(cpus=1)),
+    }
+    assert ids(plan(roles, [*v, stray], EMPTY, TOTAL, DRF)) == ["v-1"]
+
+
+def test_a_useless_task_is_passed_over_not_the_end_of_the_search() -> None:
+    # g lacks only CPUs: the newest task holds only memory (of which g has exactly its
+    # guarantee) and is skipped; the CPU tasks behind it are taken.
+    cpu = shaped("v", 2, ONE)
+    mem = Candidate("fw-v", "v-mem", "v", "a0", Resources(mem=512), 99.0)
+    roles = {
+        "v": RoleState(held([*cpu, mem]), EMPTY),
+        "g": short_of_guarantee(
+            Resources(mem=512), Resources(cpus=2, mem=512), Resources(cpus=2, mem=512)
+        ),
+    }
+    assert ids(plan(roles, [*cpu, mem], EMPTY, TOTAL, DRF)) == ["v-1", "v-0"]
+
+
+def test_a_task_that_breaks_one_rule_is_passed_over_not_the_end_of_the_search() -> None:
+    v = shaped("v", 6, ONE)
+    # Fair-share: w's task (the newest) would leave w below f: skipped, v's taken.
+    w = shaped("w", 1, ONE, start=99)
+    roles = {
+        "v": RoleState(held(v), Resources(cpus=4)),
+        "w": RoleState(held(w), Resources(cpus=1)),
+        "f": short_of_fair_share(EMPTY, Resources(cpus=2)),
+    }
+    assert ids(plan(roles, v + w, EMPTY, TOTAL, DRF)) == ["v-5", "v-4"]
+    # Min-share: k's task (the newest) would take k below its guarantee: skipped.
+    k = shaped("k", 1, ONE, start=99)
+    roles = {
+        "v": RoleState(held(v), Resources(cpus=4)),
+        "k": RoleState(held(k), Resources(cpus=1), guarantee=Resources(cpus=1)),
+        "g": short_of_guarantee(EMPTY, Resources(cpus=2), Resources(cpus=2)),
+    }
+    assert ids(plan(roles, v + k, EMPTY, TOTAL, DRF)) == ["v-5", "v-4"]
+
+
+def test_fair_share_preemption_stops_when_the_share_is_reached_exactly() -> None:
+    # b's fair share (limited to 2 CPUs) is 0.25 of the cluster; two tasks of
+    # <1 CPU, 512 MB> reach it exactly (with memory still short of it): no third.
+    a = tasks("a", 8)
+    roles = {
+        "a": RoleState(held(a), Resources(cpus=6, mem=6144)),
+        "b": short_of_fair_share(EMPTY, Resources(cpus=2, mem=2048)),
+    }
+    assert ids(plan(roles, a, EMPTY, TOTAL, DRF)) == ["a-7", "a-6"]
+
+
+def test_the_planner_weighs_shares_with_the_roles_weight_vector() -> None:
+    # f weighs CPUs 4: its weighted share is a quarter of its CPU share, so v (weight 1)
+    # stays above it down to one task; unweighted, v would stop at two.
+    v = shaped("v", 4, ONE)
+    roles = {
+        "v": RoleState(held(v), Resources(cpus=1)),
+        "f": short_of_fair_share(EMPTY, Resources(cpus=4), {"cpus": 4.0}),
+    }
+    assert ids(plan(roles, v, EMPTY, TOTAL, DRF)) == ["v-3", "v-2", "v-1"]
+
+
+def test_a_cap_by_demand_or_by_what_is_held_keeps_the_roles_limit_and_weights() -> None:
+    inputs = {
+        "a": ShareInput(limit={"cpus": 1}),
+        "b": ShareInput(resource_weights={"cpus": 3.0}),
+        "c": ShareInput(),
+    }
+    active = {"a", "b", "c"}
+    # a's limit (1 CPU) stays below its demand (5); b weighs CPUs 3 against c's 1.
+    demands = {"a": Resources(cpus=5, mem=8000), "b": Resources(cpus=8, mem=8000)}
+    held = {"a": Resources(cpus=1, mem=1), "b": Resources(cpus=1, mem=1)}
+    for capped in (
+        fair_levels(inputs, TOTAL, active, demands),
+        fair_levels(inputs, TOTAL, active, {}, held),
+    ):
+        cpus = {path: share.get_amount("cpus") for path, share in capped.items()}
+        assert cpus == {"a": 1, "b": 5.25, "c": 1.75}
+
+
+def test_min_share_preemption_goes_on_while_any_guaranteed_resource_is_short() -> None:
+    # Gold's guarantee is 1 CPU and 4 GB. A 4-CPU task gives it a dominant share equal to
+    # its fair share's, but no memory: the memory tasks behind are taken too.
+    big = Candidate("fw-v", "v-big", "v", "a0", Resources(cpus=4), 99.0)
+    mem = shaped("v", 4, Resources(mem=1024))
+    roles = {
+        "v": RoleState(held([big, *mem]), EMPTY),
+        "gold": short_of_guarantee(EMPTY, Resources(cpus=4, mem=4096), Resources(cpus=1, mem=4096)),
+    }
+    victims = plan(roles, [*mem, big], EMPTY, TOTAL, DRF)
+    assert ids(victims) == ["v-big", "v-3", "v-2", "v-1", "v-0"]

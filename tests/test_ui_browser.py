@@ -19,7 +19,7 @@ from typing import Any, NoReturn, TypeVar
 import pytest
 
 from mesolite.framework_sdk import Resources, TaskSpec, TaskState
-from tests.cluster import LocalCluster
+from tests.cluster import LocalCluster, fast
 from tests.recording import RecordingFramework, running
 from tests.waiting import wait_for_condition
 
@@ -189,6 +189,87 @@ async def test_page_follows_the_cluster_live_and_shows_task_output(
             finally:
                 await done.stop()
                 await asyncio.gather(done_run, return_exceptions=True)  # it was torn down
+            errors = await asyncio.to_thread(browser.get_log, "browser")
+            severe: list[dict[str, Any]] = [e for e in errors if e.get("level") == "SEVERE"]
+            assert severe == [], severe
+
+
+GRACE = 2.0
+GOLD = """
+[roles.gold]
+guarantee = { cpus = 1 }
+min_share_timeout = 0.5
+"""
+
+
+def _live_state(driver: Chrome, task_id: str) -> str:
+    """The state badge of a live task (the cell may hold a preempting badge too)."""
+    row = driver.find_element(By.CSS_SELECTOR, f'#tasks tr[data-task-id="{task_id}"]')
+    return row.find_elements(By.CSS_SELECTOR, ".task-state .badge")[0].text
+
+
+def _ended(driver: Chrome, task_id: str) -> str | None:
+    """The row of an ended task among the recently ended ones, if it is there."""
+    rows = driver.find_elements(By.CSS_SELECTOR, f'#ended tr[data-task-id="{task_id}"]')
+    return rows[0].text if rows else None
+
+
+def _preempting_badge(driver: Chrome, task_id: str) -> tuple[str, str] | None:
+    row = driver.find_element(By.CSS_SELECTOR, f'#tasks tr[data-task-id="{task_id}"]')
+    for badge in row.find_elements(By.CSS_SELECTOR, ".task-state .badge"):
+        if badge.text.startswith("preempted"):
+            return badge.text, badge.get_attribute("title") or ""
+    return None
+
+
+async def test_a_task_being_preempted_shows_its_badge_until_it_is_killed(
+    browser: Chrome, tmp_path: Path
+) -> None:
+    roles = tmp_path / "roles.toml"
+    roles.write_text(GOLD)
+    config = fast(roles_file=roles, preemption_grace=GRACE)
+    async with LocalCluster(tmp_path, config) as cluster:
+        await cluster.add_agent("cpus:2;mem:512", name="ui-agent")
+        first = RecordingFramework("ui-first")
+        async with running(first, cluster.address):
+            await asyncio.to_thread(browser.get, f"http://{cluster.server.http_address}/")
+            offer = await first.next_offer()
+            ids = ("t1", "t2")
+            specs = [TaskSpec(i, "sleep 60", Resources(cpus=1, mem=64)) for i in ids]
+            await first.launch(offer, specs)
+            for i in ids:
+                await first.wait_state(i, TaskState.RUNNING)
+            await until(
+                browser,
+                lambda d: all(_task_state(d, i) == "RUNNING" for i in ids),
+                "both tasks RUNNING",
+            )
+            assert all(_preempting_badge(browser, i) is None for i in ids)
+            # A role guaranteed 1 CPU arrives: after its min_share_timeout one task is
+            # told, and the page marks it for the grace period, with whom it is for.
+            async with running(RecordingFramework("ui-gold", role="gold"), cluster.address):
+                marked = await until(
+                    browser,
+                    lambda d: [(i, b) for i in ids if (b := _preempting_badge(d, i))],
+                    "a preempting badge",
+                )
+                [(victim, (text, title))] = marked  # one task only: the other is first's share
+                assert text.startswith("preempted in ") and text.endswith(" s"), text
+                assert 0 < int(text.split()[2]) <= GRACE
+                assert title == "for role gold (min-share)"
+                assert _live_state(browser, victim) == "RUNNING"  # told, not yet killed
+                # Killed after the grace period: it leaves the live tasks, badge and all,
+                # for the ended ones, killed and saying why.
+                await first.wait_state(victim, TaskState.KILLED)
+                ended = await until(browser, lambda d: _ended(d, victim), "the victim ended")
+                assert ended is not None
+                assert "KILLED" in ended and "REASON_CONTAINER_PREEMPTED" in ended, ended
+                assert not browser.find_elements(
+                    By.CSS_SELECTOR, f'#tasks tr[data-task-id="{victim}"]'
+                )
+                [other] = set(ids) - {victim}
+                assert _live_state(browser, other) == "RUNNING"
+                assert _preempting_badge(browser, other) is None
             errors = await asyncio.to_thread(browser.get_log, "browser")
             severe: list[dict[str, Any]] = [e for e in errors if e.get("level") == "SEVERE"]
             assert severe == [], severe

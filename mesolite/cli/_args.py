@@ -423,6 +423,12 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="how long a framework is told before its task is preempted",
     )
+    m.add_argument(
+        "--packing",
+        action="store_true",
+        help="offer a framework that declared a demand one task at a time, on the agent "
+        "where its shape fits best, to leave less room stranded (off by default)",
+    )
     _add_master_security(m)
     _add_master_ha(m)
     _workloads.add_master_options(m)
@@ -553,6 +559,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long a job keeps an offer too small for a task (default 2; 0: decline)",
     )
     e.add_argument("--seed", type=int, default=1)
+    e.add_argument(
+        "--packing",
+        action="store_true",
+        help="the jobs declare their demand and the master places it where it fits best "
+        "(writes dynamic-sharing-POLICY-packing.*)",
+    )
     add_paper_commands(xs)
 
     for name, view in VIEWS.items():

@@ -127,6 +127,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         policy=args.policy,
         preemption=args.preemption,
         preemption_grace=args.preemption_grace,
+        packing=args.packing,
         work_dir=args.work_dir,
         max_completed_frameworks=args.max_completed_frameworks,
         max_completed_tasks_per_framework=args.max_completed_tasks_per_framework,

@@ -71,6 +71,14 @@ def _common(p: argparse.ArgumentParser, default_policies: list[str]) -> None:
         "(default), on, off, or both ways (labelled POLICY-demand)",
     )
     p.add_argument(
+        "--packing",
+        choices=("file", "on", "off", "both"),
+        default="file",
+        help="the master's --packing (best-fit placement of what jobs declared; needs "
+        "demand): as the workload says (default), on, off, or both ways (labelled "
+        "POLICY-packing)",
+    )
+    p.add_argument(
         "--preemption",
         choices=("file", "on", "off", "both"),
         default="file",
@@ -108,16 +116,19 @@ def run_simulate(args: argparse.Namespace) -> int:
         return {"file": [from_file], "on": [True], "off": [False], "both": [True, False]}[choice]
 
     runs = [
-        (p, pre, dem)
+        (p, pre, dem, pack)
         for p in args.policy
         for pre in ways(args.preemption, workload.settings.preemption)
         for dem in ways(args.demand, workload.settings.demand)
+        for pack in ways(args.packing, workload.settings.packing)
     ]
     results = []
-    for policy, preemption, demand in runs:
+    for policy, preemption, demand, packing in runs:
         run_on = dataclasses.replace(
             workload,
-            settings=dataclasses.replace(workload.settings, preemption=preemption, demand=demand),
+            settings=dataclasses.replace(
+                workload.settings, preemption=preemption, demand=demand, packing=packing
+            ),
         )
         try:
             result = simulate(
@@ -130,6 +141,8 @@ def run_simulate(args: argparse.Namespace) -> int:
             result.policy += "-no-preemption"
         if args.demand == "both" and demand:
             result.policy += "-demand"
+        if args.packing == "both" and packing:
+            result.policy += "-packing"
         results.append(result)
         write_csvs(result, args.out)
         if result.invariant_violations:

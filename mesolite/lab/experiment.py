@@ -98,6 +98,7 @@ async def run_dynamic_sharing(
             agent_heartbeat_interval=1.0,
             policy=config.policy,
             seed=config.seed,
+            packing=config.packing,
         ),
         "127.0.0.1",
         port=0,
@@ -111,6 +112,7 @@ async def run_dynamic_sharing(
             seed=config.seed * 1000 + i,
             hold_seconds=config.hold_seconds,
             agent_capacity=config.agent_resources,
+            demand_agents=config.agents if config.packing else 0,
         )
         for i, name in enumerate(JOBS)
     ]
@@ -269,7 +271,7 @@ async def run_and_write(
     )
     out("")
     out(report)
-    stem = out_dir / f"dynamic-sharing-{config.policy}"
+    stem = out_dir / f"dynamic-sharing-{config.policy}{'-packing' if config.packing else ''}"
     written = Written(
         stem.with_suffix(".csv"), stem.with_suffix(".png"), stem.with_suffix(".txt"), rows
     )
@@ -284,6 +286,7 @@ def describe(config: ExperimentConfig) -> str:
         f"{fmt_resources(config.agent_resources)} (cluster {fmt_resources(config.cluster)}), "
         f"{len(config.phases)} phases of {config.phase_seconds:g}s, tasks of {low:g}-{high:g}s, "
         f"offers too small held {config.hold_seconds:g}s, seed {config.seed}"
+        + (", demand declared and packing on" if config.packing else "")
     )
 
 
@@ -335,6 +338,7 @@ async def run(args: argparse.Namespace) -> int:
         task_seconds=(low, high),
         hold_seconds=hold,
         seed=args.seed,
+        packing=args.packing,
     )
     policies = POLICIES if args.policy == "all" else (args.policy,)
     out_dir: Path = args.out

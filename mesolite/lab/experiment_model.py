@@ -44,6 +44,8 @@ class ExperimentConfig:
     sample_interval: float = 0.5
     seed: int = 1
     hold_seconds: float = 2.0  # how long a job keeps an offer too small for a task
+    # The master's --packing, and the jobs declare their demand (which packing needs).
+    packing: bool = False
     progress_every: float = 5.0  # seconds between progress lines; 0: none
 
     @property

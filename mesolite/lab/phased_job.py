@@ -17,6 +17,12 @@ moment a task ends, one task's worth at a time, so a job whose tasks need two CP
 otherwise almost never see two free CPUs on one agent while a job of one-CPU tasks takes
 each freed CPU (`mesolite.lab.experiment` explains). Held offers count toward the job's share in
 the allocator, as every offer does, so a job cannot hold more than DRF lets it.
+
+With `demand_agents` > 0 the job declares its demand (`declare_demand`) when it subscribes
+and at each phase change: tasks of the phase's shape, as many as that many agents of
+`agent_capacity` could hold (it always wants more). The master then offers it only agents
+where a task fits, and, with `--packing`, one task at a time where it fits best; the
+job launches as many tasks as an offer holds.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ class PhasedJob(Framework):
         seed: int,
         hold_seconds: float = 0.0,
         agent_capacity: Resources | None = None,
+        demand_agents: int = 0,
     ) -> None:
         super().__init__(name=name)
         if not demands:
@@ -79,10 +86,13 @@ class PhasedJob(Framework):
             raise ValueError(f"task durations must satisfy 0 < min <= max, got {durations}")
         if hold_seconds < 0:
             raise ValueError(f"hold_seconds must not be negative, got {hold_seconds}")
+        if demand_agents and agent_capacity is None:
+            raise ValueError("declaring a demand needs the agents' capacity")
         self.demands = list(demands)
         self.durations = (low, high)
         self.hold_seconds = hold_seconds
         self.agent_capacity = agent_capacity
+        self.demand_agents = demand_agents
         self.phase = 0
         self.stats = JobStats()
         self._rng = random.Random(seed)
@@ -102,6 +112,7 @@ class PhasedJob(Framework):
         """From now on launch tasks of `demands[phase]`; running tasks are left alone."""
         self.phase = phase
         if self._subscribed:
+            await self._declare()
             await self.revive()  # clear filters set against offers too small for the old size
             for agent_id in list(self._held):  # re-judged against the new size
                 await self._try_launch(agent_id, [])
@@ -118,6 +129,7 @@ class PhasedJob(Framework):
 
     async def on_subscribed(self, framework_id: str, resubscribed: bool) -> None:
         self._subscribed = True
+        await self._declare()  # a declaration lives in the master's memory: again each time
 
     async def on_disconnected(self) -> None:
         self._subscribed = False
@@ -162,6 +174,20 @@ class PhasedJob(Framework):
 
     # -- internals -----------------------------------------------------------------------
 
+    async def _declare(self) -> None:
+        if not self.demand_agents or self.agent_capacity is None:
+            return
+        demand = self.demand
+        per_agent = min(
+            (
+                int(self.agent_capacity.get_amount(n) // demand.get_amount(n))
+                for n in demand
+                if demand.get_amount(n) > 0
+            ),
+            default=0,
+        )
+        await self.declare_demand([(demand, per_agent * self.demand_agents)])
+
     async def _try_launch(self, agent_id: str, fresh: list[Offer]) -> None:
         """Launch one task on the agent's held and `fresh` offers together if it fits;
         otherwise hold them (or decline them when not holding)."""
@@ -174,18 +200,26 @@ class PhasedJob(Framework):
         if self._winding_down:
             await self.decline(offers, refuse_seconds=0)
         elif free.contains(demand):
-            seconds = self._rng.uniform(*self.durations)
-            task = TaskSpec(
-                task_id=new_task_id(self.name),
-                command=f"sleep {seconds:.2f}",
-                resources=demand,
-                name=f"{self.name} phase {self.phase + 1}",
-            )
+            # One task, or with a declared demand as many as the offers hold: the
+            # master then offers no more than it placed, one task at a time.
+            tasks: list[TaskSpec] = []
+            while free.contains(demand) and (not tasks or self.demand_agents):
+                seconds = self._rng.uniform(*self.durations)
+                tasks.append(
+                    TaskSpec(
+                        task_id=new_task_id(self.name),
+                        command=f"sleep {seconds:.2f}",
+                        resources=demand,
+                        name=f"{self.name} phase {self.phase + 1}",
+                    )
+                )
+                free = free - demand
             # refuse_seconds=0: the remainder goes straight back to the allocator.
-            await self.launch(offers, [task], refuse_seconds=0)
-            self._tasks[task.task_id] = (agent_id, demand)
-            self._on_agent[agent_id] = self._on_agent.get(agent_id, Resources()) + demand
-            self.stats.launched += 1
+            await self.launch(offers, tasks, refuse_seconds=0)
+            for task in tasks:
+                self._tasks[task.task_id] = (agent_id, demand)
+                self._on_agent[agent_id] = self._on_agent.get(agent_id, Resources()) + demand
+            self.stats.launched += len(tasks)
             self.stats.combined += bool(held)
         elif self._worth_holding(agent_id):
             self._held[agent_id] = offers

@@ -162,6 +162,7 @@ class Simulation:
             roles_file=settings.roles_file,
             preemption=settings.preemption,
             preemption_grace=settings.preemption_grace,
+            packing=settings.packing,
             check_invariants=check_invariants,
             max_frameworks=len(workload.jobs) + 1,
             max_agents=sum(g.count for g in workload.agents) + 1,

@@ -12,6 +12,7 @@
     preemption = true           # the master's preemption (master/preemptions.py)
     preemption_grace = 5.0
     demand = false              # jobs declare their pending tasks (Call.Demand)
+    packing = false             # the master's --packing (with demand: best-fit placement)
 
     [[jobs]]
     name = "j1"
@@ -58,6 +59,7 @@ _SIM_KEYS = (
     "preemption",
     "preemption_grace",
     "demand",
+    "packing",
 )
 _JOB_KEYS = ("name", "arrival", "role", "tasks")
 _GROUP_KEYS = ("resources", "count", "duration")
@@ -104,6 +106,7 @@ class SimulationSettings:
     preemption: bool = True  # the master's default (master/preemptions.py)
     preemption_grace: float = 5.0
     demand: bool = False  # jobs declare what they wait for (master/demand.py)
+    packing: bool = False  # the master's --packing (master/allocator.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ def dump_workload(workload: SimWorkload) -> str:
     lines.append(f"preemption = {'true' if s.preemption else 'false'}")
     lines.append(f"preemption_grace = {s.preemption_grace!r}")
     lines.append(f"demand = {'true' if s.demand else 'false'}")
+    lines.append(f"packing = {'true' if s.packing else 'false'}")
     for job in workload.jobs:
         groups = ", ".join(
             f'{{ resources = "{_res(g.resources)}", count = {g.count}, '
@@ -282,6 +286,7 @@ class _Parser:
                 at, "preemption_grace", table.get("preemption_grace", d.preemption_grace), 0.0
             ),
             demand=self.flag(at, "demand", table.get("demand", d.demand)),
+            packing=self.flag(at, "packing", table.get("packing", d.packing)),
         )
 
     def flag(self, at: tuple[str, ...], key: str, value: object) -> bool:

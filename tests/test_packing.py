@@ -1,0 +1,486 @@
+"""Packing (the allocator's `packing=True`, the master's --packing) and the block of
+agents that frameworks cannot use because their demand does not fit.
+
+Unit tables pin where one task goes; a hypothesis state machine runs random churn on
+three allocators built alike and checks that the O(1) skip of blocked agents never
+changes a decision, that packing never offers more than was declared nor anything but
+whole tasks, that no agent is left with room a framework could have been offered, and
+that with no demand declared packing changes nothing at all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+
+from mesolite.lab.sim.engine import simulate
+from mesolite.lab.sim.workload import parse_workload
+from mesolite.master import allocator as allocator_module
+from mesolite.master.allocator import Allocation, Allocator, is_allocatable
+from mesolite.resources import EMPTY, Resources
+from tests.simulate import FakeClock
+
+AGENT = Resources(cpus=4, mem=14336)
+JOB1 = Resources(cpus=1, mem=7168)  # the dynamic-sharing experiment's phase 3
+JOB2 = Resources(cpus=1, mem=4096)
+
+
+def cluster(packing: bool, agents: int = 2, seed: int = 0) -> Allocator:
+    allocator = Allocator(FakeClock(), seed=seed, packing=packing)
+    for i in range(agents):
+        allocator.add_agent(f"a{i}", AGENT)
+    return allocator
+
+
+def placed(decisions: list[Allocation]) -> dict[str, dict[str, Resources]]:
+    out: dict[str, dict[str, Resources]] = {}
+    for d in decisions:
+        out.setdefault(d.framework_id, {})[d.agent_id] = d.resources
+    return out
+
+
+# -- where one task goes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("job", "shape", "agent"),
+    [
+        # job2 on a0 would leave <2 CPUs, 3 GB>, which fits nothing; on a1 it leaves
+        # room for two more of its own. Plain best fit would pick the fuller a0.
+        ("job2", JOB2, "a1"),
+        # job1 pairs with the job1 task on a0 (best fit), wherever the walk starts.
+        ("job1", JOB1, "a0"),
+    ],
+)
+def test_a_task_goes_beside_its_own_kind(job: str, shape: Resources, agent: str) -> None:
+    # a0 holds one job1 task (<3 CPUs, 7 GB> free), a1 is empty.
+    for seed in range(6):
+        allocator = cluster(packing=True, seed=seed)
+        allocator.add_framework("other", "r0")
+        allocator.grant("other", "a0", JOB1)
+        allocator.suppress("other")
+        allocator.add_framework(job, "r1")
+        allocator.set_demand(job, [(shape, 1)])
+        assert placed(allocator.allocate()) == {job: {agent: shape}}, seed
+
+
+def test_without_packing_whole_agents_are_offered() -> None:
+    allocator = cluster(packing=False)
+    allocator.add_framework("job1", "r1")
+    allocator.set_demand("job1", [(JOB1, 1)])
+    assert placed(allocator.allocate()) == {"job1": {"a0": AGENT, "a1": AGENT}}
+
+
+def test_packing_offers_no_more_tasks_than_declared_and_leaves_the_rest_to_others() -> None:
+    allocator = cluster(packing=True, agents=2)
+    allocator.add_framework("few", "r1")
+    allocator.set_demand("few", [(JOB2, 2)])
+    allocator.add_framework("any", "r2")  # declared nothing: offered what is left, whole
+    allocator.grant("any", "a1", AGENT)  # its share is higher: few goes first
+    got = placed(allocator.allocate())
+    assert got == {"few": {"a0": JOB2 + JOB2}, "any": {"a0": AGENT - JOB2 - JOB2}}
+
+
+def test_tasks_are_offered_one_at_a_time_in_fair_order() -> None:
+    # Two jobs that want the whole cluster: task by task, the lower share goes next
+    # (job1, job2, job2, job1, job2), each where it strands least: whole agents of one
+    # kind, where mixing them would strand 3 GB on each.
+    allocator = cluster(packing=True, agents=2)
+    allocator.add_framework("job1", "r1")
+    allocator.add_framework("job2", "r2")
+    allocator.set_demand("job1", [(JOB1, 10)])
+    allocator.set_demand("job2", [(JOB2, 10)])
+    got = placed(allocator.allocate())
+    # Whole agents of one kind: one agent with two job1 tasks, one with three job2.
+    assert sorted(got["job1"].values(), key=str) == [JOB1 + JOB1]
+    assert sorted(got["job2"].values(), key=str) == [JOB2 + JOB2 + JOB2]
+
+
+def test_a_task_placed_elsewhere_leaves_room_for_a_larger_shape_ahead_of_it() -> None:
+    # Phase 2: big (<2 CPUs, 4 GB>, lowest share) fits only a1; small (<1 CPU, 3 GB>)
+    # is walked at a0, where big does not fit. By fit alone small would go to a1 (it
+    # takes two there, stranding nothing); that would leave big no agent at all.
+    big, small = Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)
+    for seed in range(8):
+        allocator = Allocator(FakeClock(), seed=seed, packing=True)
+        allocator.add_agent("a0", Resources(cpus=1, mem=4096))
+        allocator.add_agent("a1", Resources(cpus=2, mem=6144))
+        allocator.add_agent("a2", Resources(cpus=0.5))
+        allocator.add_framework("big", "r1")
+        allocator.add_framework("small", "r2")
+        allocator.grant("small", "a2", Resources(cpus=0.5))  # small's share is higher
+        allocator.set_demand("big", [(big, 5)])
+        allocator.set_demand("small", [(small, 5)])
+        got = placed(allocator.allocate())
+        assert got["big"] == {"a1": big}, seed
+        assert got["small"] == {"a0": small}, seed
+
+
+# -- agents blocked by demands that do not fit ------------------------------------------
+
+
+def choose_calls(allocator: Allocator) -> int:
+    with mock.patch.object(Allocator, "_choose", autospec=True, return_value=None) as spy:
+        allocator.allocate()
+    return spy.call_count
+
+
+def test_an_agent_no_demand_fits_is_skipped_without_a_walk_once_walked() -> None:
+    allocator = cluster(packing=False, agents=3)
+    for name in ("f1", "f2"):
+        allocator.add_framework(name, "*")
+        allocator.set_demand(name, [(Resources(cpus=8), 1)])
+    assert allocator.allocate() == []  # walks each agent, and counts both as unfit
+    assert choose_calls(allocator) == 0
+    allocator.add_framework("f3", "*")  # one more framework wanting offers: walk again
+    assert choose_calls(allocator) == 3
+
+
+def test_a_new_demand_unblocks_the_agents_it_fits() -> None:
+    allocator = cluster(packing=False, agents=1)
+    allocator.add_framework("f", "*")
+    allocator.set_demand("f", [(Resources(cpus=8), 1)])
+    assert allocator.allocate() == []
+    allocator.set_demand("f", [(JOB2, 1)])
+    assert [d.framework_id for d in allocator.allocate()] == ["f"]
+
+
+def test_a_removed_framework_no_longer_blocks_an_agent() -> None:
+    allocator = cluster(packing=False, agents=1)
+    allocator.add_framework("f", "*")
+    allocator.set_demand("f", [(Resources(cpus=8), 1)])
+    assert allocator.allocate() == []
+    allocator.remove_framework("f")
+    allocator.add_framework("g", "*")
+    assert [d.framework_id for d in allocator.allocate()] == ["g"]
+
+
+def test_a_framework_that_stops_and_resumes_wanting_is_walked_again() -> None:
+    allocator = cluster(packing=False, agents=1)
+    allocator.add_framework("f", "*")
+    allocator.add_framework("g", "*")
+    allocator.set_demand("f", [(Resources(cpus=8), 1)])
+    allocator.suppress("g")
+    assert allocator.allocate() == []
+    allocator.suppress("f")
+    allocator.revive("g")  # one wanting framework, and f is no longer counted
+    assert [d.framework_id for d in allocator.allocate()] == ["g"]
+
+
+# -- random churn -----------------------------------------------------------------------
+
+SHAPES = (
+    Resources(cpus=1, mem=1024),
+    Resources(cpus=2, mem=512),
+    Resources(cpus=1, mem=3072),
+    Resources(cpus=3, mem=4096),
+    Resources(cpus=16),  # fits no agent
+)
+TOTALS = (Resources(cpus=4, mem=8192), Resources(cpus=2, mem=4096), Resources(cpus=8, mem=2048))
+
+
+@contextmanager
+def no_shortcut() -> Iterator[None]:
+    with mock.patch.object(allocator_module._Agent, "is_blocked", lambda *args: False):
+        yield
+
+
+def sum_of_shapes(offered: Resources, shapes: tuple[Resources, ...], limit: int) -> bool:
+    """Whether `offered` is a sum of at most `limit` of `shapes` (with repeats)."""
+    if offered.is_empty():
+        return True
+    if limit == 0:
+        return False
+    return any(
+        offered.contains(s) and sum_of_shapes(offered - s, shapes, limit - 1) for s in shapes
+    )
+
+
+class Twins(RuleBasedStateMachine):
+    """`main` (packing on), `walked` (the same, every agent walked: no blocked-agent
+    skip) and `plain` (packing off, compared until a demand is first declared)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.clock = FakeClock()
+        self.allocators: dict[str, Allocator] = {}
+        self.frameworks: dict[str, tuple[Resources, ...] | None] = {}
+        self.counts: dict[str, tuple[int, ...]] = {}
+        self.wanting: dict[str, bool] = {}
+        self.offers: list[Allocation] = []
+        self.tasks: list[Allocation] = []
+        self.agents: dict[str, Resources] = {}
+        self.declares = False
+        self.next_id = 0
+        self.last: list[Allocation] = []
+
+    @initialize(seed=st.integers(0, 2**16), declares=st.booleans(), data=st.data())
+    def setup(self, seed: int, declares: bool, data: st.DataObject) -> None:
+        self.declares = declares
+        self.allocators = {
+            name: Allocator(self.clock, seed=seed, packing=name != "plain")
+            for name in ("main", "walked", "plain")
+        }
+        for total in data.draw(st.lists(st.sampled_from(TOTALS), min_size=1, max_size=5)):
+            self.add_agent(total)
+        for _ in range(data.draw(st.integers(1, 4))):
+            self.add_framework(data.draw(st.sampled_from(("r1", "r2", "r3"))))
+        self.cycle()
+
+    def each(self, method: str, *args: object) -> None:
+        for allocator in self.allocators.values():
+            getattr(allocator, method)(*args)
+
+    def add_agent(self, total: Resources) -> None:
+        agent_id = f"s{self.next_id}"
+        self.next_id += 1
+        self.agents[agent_id] = total
+        self.each("add_agent", agent_id, total)
+
+    def add_framework(self, role: str) -> None:
+        framework_id = f"f{self.next_id}"
+        self.next_id += 1
+        self.frameworks[framework_id] = None
+        self.wanting[framework_id] = True
+        self.each("add_framework", framework_id, role)
+
+    def cycle(self) -> None:
+        main = self.allocators["main"].allocate()
+        with no_shortcut():
+            walked = self.allocators["walked"].allocate()
+        assert main == walked, "skipping blocked agents changed a decision"
+        if "plain" in self.allocators:
+            plain = self.allocators["plain"].allocate()
+            assert main == plain, "packing changed a cycle in which no demand was declared"
+        tasks: dict[str, int] = {}
+        for d in main:
+            shapes = self.frameworks[d.framework_id]
+            if shapes is not None:
+                counts = self.counts[d.framework_id]
+                assert sum_of_shapes(d.resources, shapes, sum(counts)), d
+                tasks[d.framework_id] = tasks.get(d.framework_id, 0) + 1
+        for framework_id, n in tasks.items():
+            assert n <= sum(self.counts[framework_id])
+        self.offers += main
+        self.last = main
+
+    @invariant()
+    def no_room_left_that_a_framework_could_have(self) -> None:
+        """After a cycle, no agent has free resources that a framework wanting offers,
+        without a filter there, could have been offered (the walk is work-conserving)."""
+        allocator = self.allocators["main"]
+        for agent in allocator._agents.values():
+            free = agent.free
+            if not agent.active or not is_allocatable(free):
+                continue
+            for framework_id, shapes in self.frameworks.items():
+                framework = allocator._frameworks[framework_id]
+                if not framework.wants_offers:
+                    continue
+                refused = agent.filters.get(framework_id)
+                if (
+                    refused is not None
+                    and refused.expires_at > self.clock.now
+                    and refused.resources.contains(free)
+                ):
+                    continue
+                if shapes is None:
+                    raise AssertionError(f"{framework_id} could have had {free} on {agent}")
+                offered_now = sum(1 for d in self.last if d.framework_id == framework_id)
+                if offered_now == 0:
+                    assert not any(free.contains(s) for s in shapes), (framework_id, free)
+
+    @precondition(lambda self: len(self.frameworks) < 6)
+    @rule(role=st.sampled_from(("r1", "r2", "r3")))
+    def framework_joins(self, role: str) -> None:
+        self.add_framework(role)
+        self.cycle()
+
+    @precondition(lambda self: self.declares and self.frameworks)
+    @rule(
+        data=st.data(),
+        shapes=st.one_of(
+            st.none(),
+            st.lists(st.tuples(st.sampled_from(SHAPES), st.integers(1, 4)), min_size=1, max_size=2),
+        ),
+    )
+    def demand_declared(
+        self, data: st.DataObject, shapes: list[tuple[Resources, int]] | None
+    ) -> None:
+        framework_id = data.draw(st.sampled_from(sorted(self.frameworks)))
+        if shapes is None:
+            self.frameworks[framework_id] = None
+        else:
+            self.allocators.pop("plain", None)  # from here on it would decide otherwise
+            self.frameworks[framework_id] = tuple(s for s, _ in shapes)
+            self.counts[framework_id] = tuple(n for _, n in shapes)
+        self.each("set_demand", framework_id, shapes)
+        self.cycle()
+
+    @precondition(lambda self: self.frameworks)
+    @rule(data=st.data(), suppress=st.booleans())
+    def suppressed_or_revived(self, data: st.DataObject, suppress: bool) -> None:
+        framework_id = data.draw(st.sampled_from(sorted(self.frameworks)))
+        self.each("suppress" if suppress else "revive", framework_id)
+        self.cycle()
+
+    @precondition(lambda self: len(self.frameworks) > 1)
+    @rule(data=st.data())
+    def framework_leaves(self, data: st.DataObject) -> None:
+        framework_id = data.draw(st.sampled_from(sorted(self.frameworks)))
+        self.each("remove_framework", framework_id)
+        del self.frameworks[framework_id]
+        self.offers = [o for o in self.offers if o.framework_id != framework_id]
+        self.tasks = [t for t in self.tasks if t.framework_id != framework_id]
+        self.cycle()
+
+    @precondition(lambda self: self.offers)
+    @rule(data=st.data(), refuse=st.sampled_from((0.0, 0.0, 5.0, 1e6)))
+    def offers_answered(self, data: st.DataObject, refuse: float) -> None:
+        """Each offer: launch all of it, or nothing, or half of its CPUs; the rest back."""
+        offers, self.offers = self.offers, []
+        for offer in offers:
+            how = data.draw(st.sampled_from(("all", "none", "part")))
+            used = {"all": offer.resources, "none": EMPTY}.get(how)
+            if used is None:
+                cpus = offer.resources.get_amount("cpus")
+                used = Resources(cpus=cpus // 2) if cpus >= 2 else EMPTY
+            rest = offer.resources - used
+            if not used.is_empty():
+                self.tasks.append(dataclasses.replace(offer, resources=used))
+            self.each("recover", offer.framework_id, offer.agent_id, rest, refuse)
+        self.cycle()
+
+    @precondition(lambda self: self.tasks)
+    @rule(data=st.data())
+    def task_ends(self, data: st.DataObject) -> None:
+        task = self.tasks.pop(data.draw(st.integers(0, len(self.tasks) - 1)))
+        self.each("recover", task.framework_id, task.agent_id, task.resources)
+        self.cycle()
+
+    @rule(seconds=st.sampled_from((1.0, 6.0)))
+    def time_passes(self, seconds: float) -> None:
+        self.clock.now += seconds
+        self.cycle()
+
+    @precondition(lambda self: len(self.agents) < 6)
+    @rule(total=st.sampled_from(TOTALS))
+    def agent_joins(self, total: Resources) -> None:
+        self.add_agent(total)
+        self.cycle()
+
+    @precondition(lambda self: len(self.agents) > 1)
+    @rule(data=st.data())
+    def agent_lost(self, data: st.DataObject) -> None:
+        agent_id = data.draw(st.sampled_from(sorted(self.agents)))
+        del self.agents[agent_id]
+        self.each("remove_agent", agent_id)
+        self.offers = [o for o in self.offers if o.agent_id != agent_id]
+        self.tasks = [t for t in self.tasks if t.agent_id != agent_id]
+        self.cycle()
+
+
+_BASE = settings(
+    deadline=None,
+    database=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+PROFILES = {
+    "ci": settings(_BASE, max_examples=50, stateful_step_count=25),
+    "long": settings(_BASE, max_examples=3000, stateful_step_count=60, derandomize=False),
+    "fail-fast": settings(
+        _BASE,
+        max_examples=120,
+        stateful_step_count=30,
+        phases=[Phase.explicit, Phase.generate],
+        report_multiple_bugs=False,
+    ),
+    "mutation": settings(
+        _BASE,
+        max_examples=40,
+        stateful_step_count=30,
+        phases=[Phase.explicit, Phase.generate],
+        report_multiple_bugs=False,
+    ),
+}
+
+
+def test_random_churn_on_twin_allocators() -> None:
+    profile = os.environ.get("MESOLITE_HYPOTHESIS_PROFILE", "ci")
+    run_state_machine_as_test(Twins, settings=PROFILES[profile])
+
+
+# -- the simulator's switch -------------------------------------------------------------
+
+
+def phase3_workload(agents: int) -> str:
+    """The experiment's phase 3 on `agents` agents of <4 CPUs, 14 GB>: two jobs that
+    always want more, 64 groups of 8 tasks of 4-8 s each, with demand declared."""
+
+    def groups(shape: str, offset: int) -> str:
+        durations = [4.0 + (i + offset) * 37 % 41 / 10 for i in range(64)]
+        return ", ".join(
+            f'{{ resources = "{shape}", count = 8, duration = {d} }}' for d in durations
+        )
+
+    return f"""
+[cluster]
+agents = [{{ count = {agents}, resources = "cpus:4;mem:14336" }}]
+
+[simulation]
+allocation_interval = 0.5
+sample_interval = 0.5
+end = 40.0
+preemption = false
+demand = true
+
+[[jobs]]
+name = "job1"
+role = "job1"
+tasks = [{groups("cpus:1;mem:7168", 4)}]
+
+[[jobs]]
+name = "job2"
+role = "job2"
+tasks = [{groups("cpus:1;mem:4096", 9)}]
+"""
+
+
+def mean_shares(packing: bool, agents: int) -> dict[str, float]:
+    """Each role's dominant share of what its tasks use, averaged over 15-40 s."""
+    workload = parse_workload(phase3_workload(agents))
+    workload = dataclasses.replace(
+        workload, settings=dataclasses.replace(workload.settings, packing=packing)
+    )
+    result = simulate(workload)
+    shares: dict[str, list[float]] = {}
+    for time, role, share in result.shares:
+        if 15 <= time <= 40:
+            shares.setdefault(role, []).append(share)
+    return {role: round(sum(v) / len(v), 3) for role, v in shares.items()}
+
+
+def test_the_simulator_with_packing_reaches_the_best_whole_task_packing_of_phase_3() -> None:
+    # 24 agents: the best whole-task packing is 11 agents of two job1 tasks and 13 of
+    # three job2 tasks: 22 x 7 GB and 39 x 4 GB of 336 GB, 45.8% and 46.4% (DRF's 50%
+    # each needs every GB used). Packing keeps each agent to one kind, so it holds
+    # exactly that once the first tasks have ended; without packing this run mixes
+    # agents and holds less for both (45.7% and 44.8%).
+    assert mean_shares(packing=True, agents=24) == {"job1": 0.458, "job2": 0.464}
+    assert mean_shares(packing=False, agents=24) == {"job1": 0.457, "job2": 0.448}
