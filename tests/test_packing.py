@@ -506,12 +506,13 @@ def test_fit_score_counts_what_the_shape_alone_would_strand_then_what_is_left() 
 
 
 def test_packing_places_a_task_only_where_the_framework_has_not_filtered() -> None:
-    # a0 is the better fit for job1 (a job1 task is there), but job1 declined a0.
+    # a0 is the better fit for job1 (a job1 task is there), but job1 declined a0. (A
+    # second framework wants offers, so a0 is not skipped as blocked before the walk.)
     for seed in range(6):
         allocator = cluster(packing=True, seed=seed)
         allocator.add_framework("other", "r0")
         allocator.grant("other", "a0", JOB1)
-        allocator.suppress("other")
+        allocator.set_demand("other", [(Resources(cpus=8), 1)])  # fits no agent
         allocator.add_framework("job1", "r1")
         allocator.grant("job1", "a0", AGENT - JOB1)
         allocator.recover("job1", "a0", AGENT - JOB1, refuse_seconds=60)
