@@ -7,18 +7,31 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYMESOS := .venv-pymesos/bin/python
 
-.PHONY: demo test test-fast lint protos schema sdk-reference clean mutation pymesos-venv
+.PHONY: demo test test-fast shim lint protos schema sdk-reference clean mutation pymesos-venv
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(MAKE) --no-print-directory $(SHIM)
 	touch $(STAMP)
 
-demo: $(STAMP)
+# The supervisor's C exec helper (agent/spawn_shim.c): static where `cc -static` links,
+# else dynamic; with no C compiler none, and the supervisor uses its /bin/sh shim and
+# setpriv (so this never fails).
+SHIM := agent/spawn_shim
+SHIM_CFLAGS := -O2 -Wall -Wextra -Werror
+$(SHIM): agent/spawn_shim.c
+	@rm -f $@
+	@$(CC) $(SHIM_CFLAGS) -static -o $@ $< 2>/dev/null || $(CC) $(SHIM_CFLAGS) -o $@ $< \
+		|| echo "no C compiler: the supervisor spawns through /bin/sh and setpriv"
+
+shim: $(SHIM)
+
+demo: $(STAMP) $(SHIM)
 	$(VENV)/bin/mesolite demo
 
-test: $(STAMP) lint $(PYMESOS)
+test: $(STAMP) $(SHIM) lint $(PYMESOS)
 	$(PY) -m pytest
 
 # Unmodified pymesos 0.3.15 in a venv of its own (Python 3.10, or this Python with
@@ -30,7 +43,7 @@ $(PYMESOS): scripts/pymesos_venv.py
 pymesos-venv: $(PYMESOS)
 
 # The unit layer only (tests/conftest.py), less its few slow tests: under 30 s.
-test-fast: $(STAMP)
+test-fast: $(STAMP) $(SHIM)
 	$(PY) -m pytest -m "unit and not slow" -q
 
 lint: $(STAMP)
@@ -65,4 +78,4 @@ sdk-reference: $(STAMP)
 	$(PY) scripts/gen_sdk_reference.py
 
 clean:
-	rm -rf $(VENV) .venv-pymesos work-dirs build *.egg-info mutants mutants.log
+	rm -rf $(VENV) .venv-pymesos work-dirs build $(SHIM) *.egg-info mutants mutants.log

@@ -9,8 +9,9 @@ once, and starts tasks in one of two ways:
 * **spawn** (a task with a cgroup): it starts the command itself with
   ``posix_spawn`` (a vfork: cheap, and cheaper still from a small process), in a new
   session, through a ``/bin/sh`` shim (`SHIM`) that joins the task's cgroup and
-  execs ``setpriv`` to become the task's user, then the command. It is the command's
-  parent, so it learns the exit status, and writes it to the exit log
+  execs ``setpriv`` to become the task's user, then the command; or, where it is
+  built, through a C exec helper (`agent/spawn_shim.c`) that does both in one exec.
+  It is the command's parent, so it learns the exit status, and writes it to the exit log
   (`agent/_exit_log.py`, group commit: one write and one fsync per turn of its loop)
   before it tells the agent. No per-task waiter process: the cgroup kill (the agent's,
   at the end of every run) ends whatever the command left.
@@ -46,7 +47,8 @@ agent that was SIGKILLed may have left a launch in it).
     supervisor -> agent, on connecting:
         {"op": "wrappers", "wrappers": [{"pid", "start_time", "records"}, ...]}  (0 or more)
         {"op": "hello", "pid": <the supervisor's>, "keeper": <its keeper's>,
-         "spawn": <whether it can spawn: setpriv is there>}
+         "spawn": <whether it can spawn: the C exec helper or setpriv is there>,
+         "shim": <the C exec helper's path, or "sh": the /bin/sh shim and setpriv>}
     agent -> supervisor, with two file descriptors (SCM_RIGHTS): the task's stdout
     and its stderr:
         {"op": "launch", "id": N, "records": DIR, "options": [wrapper options],
@@ -74,7 +76,8 @@ no wrapper left, the supervisor exits.
 
 A spawned command is named in the exit log ("spawned", with its task run) before the
 agent hears its pid, so an agent that died before it checkpointed the pid finds it
-there. Its shim says on one pipe (fd 3) once it is in its cgroup, read before the
+there. Its shim (or the C exec helper) says on one pipe (fd 3) once it is in its
+cgroups (the helper: and has become the task's user), read before the
 supervisor tells of what it reaped, so "ready" comes before "exited". Left open: a
 supervisor killed in the few instructions between ``posix_spawn`` returning and that
 line leaves a command nobody names; the agent fails the run and removes its cgroup,
@@ -147,6 +150,22 @@ SHIM = (
     '{ echo "$$ cannot join the cgroup $1" >&3; exit 127; }; shift; done; shift; '
     'echo "$$" >&3; exec "$@" 3>&-'
 )
+# Or, where it is built (``make``: `agent/spawn_shim.c`, next to it, git-ignored), the
+# C exec helper that does what the shim and setpriv do in one exec (one exec of a
+# small static program, not three). ``MESOLITE_SPAWN_SHIM`` names another helper, or
+# with ``sh`` makes the supervisor use the shim and setpriv (as where it is absent).
+SHIM_ENV = "MESOLITE_SPAWN_SHIM"
+
+
+def exec_helper(environ: Mapping[str, str] = os.environ) -> str:
+    """The C exec helper's path if it is there and executable, else ``""``."""
+    named = environ.get(SHIM_ENV)
+    path = named if named is not None else str(Path(__file__).absolute().parent / "spawn_shim")
+    usable = named != "sh" and os.path.isfile(path) and os.access(path, os.X_OK)
+    return path if usable else ""
+
+
+EXEC_HELPER = exec_helper()
 
 
 class FrameError(AgentError, ValueError):
@@ -280,13 +299,22 @@ class Spawn:
                 or not all(isinstance(g, int) and g >= 0 for g in ids[2])
             ):
                 raise FrameError("a spawn's user is [uid, gid, [groups]]")
-            if not SETPRIV:
+            if not EXEC_HELPER and not SETPRIV:
                 raise FrameError("this supervisor cannot switch users: no setpriv")
             switch = (ids[0], ids[1], list(ids[2]))
         return cls(request_id, run, records, list(cgroups), switch, argv, env, cwd)
 
-    def shim_argv(self) -> list[str]:
-        """What the supervisor executes: the shim, its arguments, then the command."""
+    def shim_argv(self, helper: str | None = None) -> list[str]:
+        """What the supervisor executes (``argv[0]``): the C exec helper (`helper`,
+        `EXEC_HELPER` if None) if there is one, or the shim, its arguments, then the
+        command."""
+        helper = EXEC_HELPER if helper is None else helper
+        if helper:
+            user: list[str] = []
+            if self.user is not None:
+                uid, gid, groups = self.user
+                user = [str(uid), str(gid), ",".join(map(str, groups))]
+            return [helper, *self.cgroups, "--", *user, "--", *self.argv]
         argv = [SHELL, "-c", SHIM, "mesolite-task", *self.cgroups, "--"]
         if self.user is not None:
             uid, gid, groups = self.user
@@ -346,7 +374,7 @@ class Supervisor:
         self._selector.register(self._ready_read, selectors.EVENT_READ, "ready")
         self._selector.register(self._errors_read, selectors.EVENT_READ, "shims")
         started = time.monotonic()
-        self.say("started")
+        self.say(f"started; spawns through {EXEC_HELPER or 'the /bin/sh shim and setpriv'}")
         gc.freeze()  # what is here now stays shared with the wrappers forked from it
         while True:
             idle = self._agent is None and not self._children
@@ -407,7 +435,13 @@ class Supervisor:
         for i in range(0, len(wrappers), WRAPPERS_PER_FRAME):
             self._send({"op": "wrappers", "wrappers": wrappers[i : i + WRAPPERS_PER_FRAME]})
         self._send(
-            {"op": "hello", "pid": self._pid, "keeper": self._keeper, "spawn": bool(SETPRIV)}
+            {
+                "op": "hello",
+                "pid": self._pid,
+                "keeper": self._keeper,
+                "spawn": bool(EXEC_HELPER or SETPRIV),
+                "shim": EXEC_HELPER or "sh",
+            }
         )
 
     def _drop(self, why: str) -> None:
@@ -516,9 +550,10 @@ class Supervisor:
             # posix_spawn has no chdir here: the supervisor (one thread) steps into the
             # sandbox for the spawn, and out again so as not to hold it.
             os.chdir(spawn.cwd)
+            argv = spawn.shim_argv()
             pid = os.posix_spawn(
-                SHELL,
-                spawn.shim_argv(),
+                argv[0],
+                argv,
                 spawn.env,
                 file_actions=[
                     (os.POSIX_SPAWN_DUP2, self._devnull, 0),

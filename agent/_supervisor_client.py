@@ -78,6 +78,7 @@ class _Connection:
     launches: dict[int, asyncio.Future[Spawned]] = field(default_factory=dict)
     readies: dict[int, asyncio.Future[int | None]] = field(default_factory=dict)
     exits: dict[int, asyncio.Future[int | str | None]] = field(default_factory=dict)
+    shim: str = "sh"  # what the supervisor spawns through (its hello): a C helper's path
 
 
 class SupervisorClient:
@@ -273,7 +274,12 @@ class SupervisorClient:
         # The keeper (the supervisor's parent) outlives it by a moment: waited for too.
         keeper_start = process_start_time(keeper) if keeper is not None else None
         self._keeper = (keeper, keeper_start) if keeper is not None and keeper_start else None
-        log.info("connected to the supervisor", pid=pid, wrappers=len(self._wrappers))
+        log.info(
+            "connected to the supervisor",
+            pid=pid,
+            wrappers=len(self._wrappers),
+            shim=connection.shim,
+        )
 
     def _send(self, connection: _Connection, frame: bytes, fds: Sequence[int]) -> None:
         connection.output.append((frame, fds))
@@ -358,7 +364,8 @@ class SupervisorClient:
                 self._wrappers[str(wrapper["records"])] = (pid, start_time)
         elif op == "hello":
             if not connection.hello.done():
-                keeper = message.get("keeper")
+                keeper, shim = message.get("keeper"), message.get("shim")
+                connection.shim = shim if isinstance(shim, str) else "sh"
                 connection.hello.set_result(
                     (
                         _int(message["pid"]),

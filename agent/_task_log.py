@@ -225,7 +225,10 @@ class TaskLogWriter:
     async def _flush(self) -> None:
         batch: list[tuple[bytes, bool, asyncio.Future[bool]]] = []
         try:
-            await self._load()
+            try:
+                await self._load()
+            except OSError as e:  # unreadable: appended to all the same (and read again)
+                log.warning("could not read the task checkpoints", error=str(e))
             while self._queue:
                 batch, self._queue = self._queue, []
                 lines = [line for line, _, _ in batch]

@@ -167,7 +167,8 @@ class Agent:
         return self._runner.sandbox_path(framework_id, task_id)
 
     def records_path(self, framework_id: str, task_id: str) -> Path:
-        """Where the agent keeps its own records of a task (`task.json`, ...)."""
+        """Where a task's wrapper keeps its records (`exit.json`, `wrapper.json`); the
+        agent's checkpoints of its tasks are in its task log (`agent/_task_log.py`)."""
         return self._runner.records_path(framework_id, task_id)
 
     async def wait_registered(self) -> str:

@@ -22,7 +22,11 @@ above their own shares hold enough it can use. Fair-share preemption is off
 unless a role sets `fair_share_timeout`. `--no-preemption` turns both off.
 
 Preemption works on the roles frameworks are in, against their hierarchical
-instantaneous fair shares (`master/fair_levels.py`).
+instantaneous fair shares (`master/fair_levels.py`). A role whose every framework
+declared its demand (`master/demand.py`) is starved of its guarantee only as far as
+its demand reaches (what it holds plus what it waits for), as the Fair Scheduler
+caps min-share starvation at the demand: nothing is taken back for it that it could
+not use.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ class PreemptionHandling(MasterCore):
             state = RoleState(
                 held[path],
                 fair.get(path, EMPTY),
-                guarantee,
+                _within(guarantee, demands.get(path)),
                 tree.role_weight(path),
                 tree.role_resource_weights(path),
                 wants=path in active,
@@ -271,6 +275,15 @@ def _since(
         table.pop(path, None)
         return None
     return table.setdefault(path, now)
+
+
+def _within(guarantee: Resources, demand: Resources | None) -> Resources:
+    """The part of a guarantee the role can use: no more of each resource than its demand
+    (the Fair Scheduler's min-share starvation is min(minShare, demand) - usage), all
+    of it when its demand is unknown."""
+    if demand is None:
+        return guarantee
+    return Resources({n: min(guarantee.get_amount(n), demand.get_amount(n)) for n in guarantee})
 
 
 def _due(s: RoleState) -> bool:

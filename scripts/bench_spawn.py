@@ -1,4 +1,4 @@
-"""What it costs a Python process to start one confined command, four ways.
+"""What it costs a Python process to start one confined command, six ways.
 
     python scripts/bench_spawn.py [--starts 300] [--touch-mb 0] [--rounds 2]
 
@@ -18,7 +18,11 @@ how long this process's one thread was held per start ("held"):
   command as the user with ``_posixsubprocess.fork_exec`` (the user switch in C:
   CPython forks then, it does not vfork), and steps back;
 * ``step-in-setpriv``: it steps into the cgroup, ``posix_spawn``s ``setpriv`` (a
-  vfork), and steps back.
+  vfork), and steps back;
+* ``c-static``, ``c-dynamic``: ``posix_spawn`` of the supervisor's C exec helper
+  (`agent/spawn_shim.c`, compiled here with ``cc -O2``, ``-static`` or not), which
+  joins the cgroup, becomes the user and executes the command: one ``exec``, not
+  three (left out where there is no ``cc``).
 
 ``--touch-mb N``: after each start the parent writes to N MB of its own objects, as
 the supervisor's loop does between starts; a fork write-protects every page of the
@@ -35,8 +39,11 @@ import contextlib
 import json
 import os
 import resource
+import shutil
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
@@ -55,7 +62,7 @@ _FORK_EXEC: Any = _posixsubprocess.fork_exec
 
 
 class Ways:
-    """The four ways, between one task cgroup and this process's own."""
+    """The ways, between one task cgroup and this process's own."""
 
     def __init__(self, task: list[Path], own: list[Path]) -> None:
         self.task, self.own = task, own
@@ -128,6 +135,15 @@ class Ways:
             os.close(errors_read)
         return pid
 
+    def helper(self, binary: str) -> Callable[[], int]:
+        def start() -> int:
+            argv = [binary, *map(str, self.task), "--", str(NOBODY), str(NOBODY), ""]
+            return self._posix_spawn(
+                binary, [*argv, "--", *COMMAND], extra=((os.POSIX_SPAWN_DUP2, self.devnull, 3),)
+            )
+
+        return start
+
     def step_in_setpriv(self) -> int:
         argv = [_supervisor.SETPRIV, f"--reuid={NOBODY}", f"--regid={NOBODY}"]
         argv += ["--clear-groups", "--", *COMMAND]
@@ -169,6 +185,18 @@ def where_i_am(task: list[Path]) -> list[Path]:
     return homes
 
 
+def build_helpers(directory: Path) -> dict[str, str]:
+    """The C exec helper, static and dynamic, compiled into `directory`."""
+    source = Path(_supervisor.__file__).absolute().parent / "spawn_shim.c"
+    built = {}
+    for name, flags in (("c-static", ["-static"]), ("c-dynamic", [])):
+        binary = directory / name
+        done = subprocess.run(["cc", "-O2", *flags, "-o", str(binary), str(source)], check=False)
+        if done.returncode == 0:
+            built[name] = str(binary)
+    return built
+
+
 def cpu(who: int) -> float:
     usage = resource.getrusage(who)
     return usage.ru_utime + usage.ru_stime
@@ -193,6 +221,10 @@ def main() -> int:
         "step-in-fork-exec": ways.step_in_fork_exec,
         "step-in-setpriv": ways.step_in_setpriv,
     }
+    helpers = tempfile.TemporaryDirectory(prefix="bench-spawn-")
+    if shutil.which("cc"):
+        for name, binary in build_helpers(Path(helpers.name)).items():
+            starts[name] = ways.helper(binary)
     # Objects to write to between starts: about `--touch-mb` MB of small lists.
     objects: list[list[object]] = [[i, None] for i in range(int(args.touch_mb * (1 << 20) / 88))]
     try:
@@ -229,6 +261,7 @@ def main() -> int:
         for item in objects:
             item[1] = None
         remove_cgroups(root)
+        helpers.cleanup()
     return 0
 
 

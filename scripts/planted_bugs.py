@@ -52,6 +52,7 @@ SUPERVISOR_TESTS = (
     "tests/test_agent_recovery.py",
 )
 SPAWN_TESTS = ("tests/test_agent_spawn.py",)
+SHIM_TESTS = ("tests/test_spawn_shim.py",)  # the C exec helper and the sh shim, both ways
 USER_TESTS = (
     "tests/test_task_users.py",
     "tests/test_attack_review.py::"
@@ -485,6 +486,59 @@ BUGS = [
         "        if self.user is not None:\n            uid, gid, groups = self.user",
         "        if False:\n            uid, gid, groups = self.user",
         ISOLATION_TESTS,
+    ),
+    # The C exec helper (agent/spawn_shim.c, issue 15): the sh shim and setpriv in one.
+    Bug(
+        "spawn shim (C): the first cgroup is skipped",
+        "agent/spawn_shim.c",
+        '    for (; i < argc && strcmp(argv[i], "--") != 0; i++) join(argv[i]);',
+        '    for (; i < argc && strcmp(argv[i], "--") != 0; i++) if (i > 1) join(argv[i]);',
+        SHIM_TESTS,
+    ),
+    Bug(
+        "spawn shim (C): says it is ready before it has joined its cgroups",
+        "agent/spawn_shim.c",
+        "    put_number(pid_text, 0, sizeof pid_text, (unsigned long)getpid());\n",
+        "    put_number(pid_text, 0, sizeof pid_text, (unsigned long)getpid());\n"
+        "    write_all(REPORT_FD, pid_text, strlen(pid_text));\n"
+        '    write_all(REPORT_FD, "\\n", 1);\n',
+        SHIM_TESTS,
+    ),
+    Bug(
+        "spawn shim (C): becomes the uid before it sets the groups and the gid",
+        "agent/spawn_shim.c",
+        "    if (setgroups(count, groups) != 0)",
+        '    if (setuid((uid_t)uid) != 0) fail("cannot set the uid ", uid_text, errno);\n'
+        "    if (setgroups(count, groups) != 0)",
+        SHIM_TESTS,
+    ),
+    Bug(
+        "spawn shim (C): why it cannot confine a command is not said",
+        "agent/spawn_shim.c",
+        "    write_all(REPORT_FD, line, at);",
+        "    write_all(REPORT_FD, line, 0);",
+        SHIM_TESTS + SPAWN_TESTS,
+    ),
+    Bug(
+        "spawn (C helper): the task's user is not passed to the helper",
+        "agent/_supervisor.py",
+        'return [helper, *self.cgroups, "--", *user, "--", *self.argv]',
+        'return [helper, *self.cgroups, "--", "--", *self.argv]',
+        SHIM_TESTS,
+    ),
+    Bug(
+        "spawn (C helper): the task's supplementary groups are dropped",
+        "agent/_supervisor.py",
+        'user = [str(uid), str(gid), ",".join(map(str, groups))]',
+        'user = [str(uid), str(gid), ""]',
+        SHIM_TESTS,
+    ),
+    Bug(
+        "spawn (C helper): the helper is used where it is absent",
+        "agent/_supervisor.py",
+        'usable = named != "sh" and os.path.isfile(path) and os.access(path, os.X_OK)',
+        'usable = named != "sh"',
+        SHIM_TESTS,
     ),
     # Batches on the agent's stream (issue 15): asked for, read, and sent only once told.
     Bug(
@@ -1101,6 +1155,13 @@ SIM_BUGS = [
         "master/allocator.py",
         "            self._add_filter(framework_id, agent, agent.total, seconds)",
         "            self._add_filter(framework_id, agent, agent.free, seconds)",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "preemption: a guarantee taken back beyond the role's declared demand",
+        "master/preemptions.py",
+        "                _within(guarantee, demands.get(path)),",
+        "                guarantee,",
         ("tests/test_preemptions.py",),
     ),
     Bug(

@@ -25,6 +25,8 @@ from mesolite.agent.tasks import TaskRunner
 from mesolite.model import TaskState
 from tests.support.cgroups import remove_tree
 from tests.support.checkpoints import checkpoint_at, overwrite_checkpoint
+from tests.support.spawn_shim import shim as shim  # the fixture: the C helper, the sh shim
+from tests.support.spawn_shim import shim_binary as shim_binary
 from tests.test_agent_supervisor import (
     FW,
     RunnerProcess,
@@ -296,7 +298,7 @@ def _spawn(sock: socket.socket, request: dict[str, Any]) -> None:
 
 
 def test_a_command_that_cannot_join_its_cgroup_never_runs_and_says_why(
-    supervisor_dir: Path, tmp_path: Path
+    shim: str, supervisor_dir: Path, tmp_path: Path
 ) -> None:
     request = {
         "op": "spawn",

@@ -48,6 +48,8 @@ from mesolite.model import TaskSpec, TaskState
 from mesolite.resources import Resources
 from tests.support.cgroups import leftover, remove_tree
 from tests.support.checkpoints import checkpoint_at
+from tests.support.spawn_shim import shim as shim  # the fixture: the C helper, the sh shim
+from tests.support.spawn_shim import shim_binary as shim_binary
 from tests.test_agent_tasks import Recorder
 from tests.waiting import wait_for_condition
 
@@ -182,7 +184,7 @@ async def test_a_fork_bomb_is_stopped_by_the_pids_limit(
 
 @needs_cgroups
 async def test_limits_are_written_from_the_tasks_resources(
-    make_runner: MakeRunner, recorder: Recorder
+    shim: str, make_runner: MakeRunner, recorder: Recorder
 ) -> None:
     runner = make_runner(pids_limit=100)
     runner.launch(FW, spec("t", "sleep 60", cpus=0.25, mem=40))
@@ -311,7 +313,7 @@ async def test_a_double_forked_child_ends_with_the_task(
 
 @needs_root
 async def test_a_task_runs_as_the_task_user_in_a_sandbox_it_owns(
-    make_runner: MakeRunner, recorder: Recorder
+    shim: str, make_runner: MakeRunner, recorder: Recorder
 ) -> None:
     runner = make_runner()
     runner.launch(FW, spec("t", "id -u > uid; id -g > gid; touch mine"))

@@ -409,3 +409,16 @@ def test_shutting_down_cancels_the_grace_periods(tmp_path: Path) -> None:
     assert core.timers.pending() == 0  # every grace timer cancelled, none left to fire
     core.advance(10.0)
     assert agent.peer.of(msg.KillTask) == []
+
+
+def test_a_guarantee_is_taken_back_only_as_far_as_the_role_declared_it_needs(
+    tmp_path: Path,
+) -> None:
+    # Gold is guaranteed 6 CPUs but declares it waits for 2 tasks of 1 CPU: as the Fair
+    # Scheduler caps min-share starvation at the demand, 2 tasks are taken back, not 6
+    # (4 CPUs taken from `first` for nobody).
+    core = cluster(tmp_path)
+    star, _, _, gold = gold_arrives(core)
+    core.master.declare_demand(gold.framework_id, [(Resources(cpus=1, mem=64), 2)])
+    assert cycle(core, 15) == 2
+    assert len(star.peer.take(msg.Preemption)) == 2

@@ -187,3 +187,15 @@ async def test_a_failed_write_resolves_false_and_the_next_rewrites_the_file(
     found = read_checkpoints(tmp_path)
     assert set(found) == {("fw", "a"), ("fw", "b")}
     assert found[("fw", "b")]["state"] == "TASK_RUNNING"
+
+
+async def test_a_log_that_cannot_be_read_or_written_fails_the_write_not_the_writer(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / TASK_LOG_FILE).mkdir()  # neither readable nor writable as a file
+    writer = TaskLogWriter(TaskLog(tmp_path / TASK_LOG_FILE), lambda: set())
+    assert await writer.write(record("a")) is False
+    (tmp_path / TASK_LOG_FILE).rmdir()
+    assert await writer.write(record("a", "TASK_RUNNING")) is True
+    writer.close()
+    assert read_checkpoints(tmp_path)[("fw", "a")]["state"] == "TASK_RUNNING"

@@ -22,6 +22,7 @@ import aiohttp
 
 from mesolite.certs import init_cluster
 from tests.cluster import LocalCluster, fast
+from tests.support.checkpoints import all_checkpoints
 from tests.support.exits import exit_record
 from tests.waiting import wait_for_condition
 
@@ -109,10 +110,13 @@ def tasks_of(state: dict[str, Any], framework_id: str) -> list[dict[str, Any]]:
 def ran(agent_dir: Path, framework_id: str) -> dict[str, dict[str, Any]]:
     """Every task of the framework that ran on the agent: its exit record and stdout."""
     out = {}
-    for records in sorted((agent_dir / "meta" / framework_id).iterdir()):
-        stdout = agent_dir / "sandboxes" / framework_id / records.name / "stdout"
-        out[records.name] = {
-            "exit": exit_record(records),
+    for record in sorted(all_checkpoints(agent_dir), key=lambda r: str(r["task"]["task_id"])):
+        if record["framework_id"] != framework_id:
+            continue
+        task_id = record["task"]["task_id"]
+        stdout = agent_dir / "sandboxes" / framework_id / task_id / "stdout"
+        out[task_id] = {
+            "exit": exit_record(agent_dir / "meta" / framework_id / task_id),
             "stdout": stdout.read_text() if stdout.exists() else "",
         }
     return out

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.checkpoints import all_checkpoints
 from tests.test_restart_workload import cluster, start_agent
 from tests.test_workloads_cluster import SWEEP, TICKER, framework_named, mesolite, ran
 from tests.waiting import wait_for_condition
@@ -87,9 +88,10 @@ async def test_a_master_restart_neither_loses_nor_duplicates_jobs_and_services(
         assert framework_named(state, "service:ticker")["id"] == service_id  # type: ignore[index]
         assert instances(state) == before
         assert sorted(agent.task_pids()) == pids, "the instances' processes are the same"
-        assert len(list((tmp_path / "agent" / "meta" / service_id).iterdir())) == 3, (
-            "nothing launched again"
-        )
+        launched = [
+            r for r in all_checkpoints(tmp_path / "agent") if r["framework_id"] == service_id
+        ]
+        assert len(launched) == 3, "nothing launched again"
         [service] = state["services"]
         assert (service["running"], service["instances"], service["restarts"]) == (3, 3, 0)
         assert master.violations() == []
