@@ -1374,6 +1374,13 @@ PACKING_BUGS = [
         PACKING_TESTS,
     ),
     Bug(
+        "packing: a task placed on an agent the framework filtered",
+        "master/allocator.py",
+        "if refused is None or refused.expires_at <= now or not refused.resources.contains(free):",
+        "if True:",
+        PACKING_TESTS,
+    ),
+    Bug(
         "packing: plain best fit, blind to what a task strands",
         "master/allocator.py",
         "    return stranded, left\n",

@@ -31,7 +31,7 @@ from hypothesis.stateful import (
 from mesolite.lab.sim.engine import simulate
 from mesolite.lab.sim.workload import parse_workload
 from mesolite.master import allocator as allocator_module
-from mesolite.master.allocator import Allocation, Allocator, is_allocatable
+from mesolite.master.allocator import Allocation, Allocator, fit_score, is_allocatable
 from mesolite.resources import EMPTY, Resources
 from tests.simulate import FakeClock
 
@@ -484,3 +484,51 @@ def test_the_simulator_with_packing_reaches_the_best_whole_task_packing_of_phase
     # agents and holds less for both (45.7% and 44.8%).
     assert mean_shares(packing=True, agents=24) == {"job1": 0.458, "job2": 0.464}
     assert mean_shares(packing=False, agents=24) == {"job1": 0.457, "job2": 0.448}
+
+
+# -- the pieces, on their own -----------------------------------------------------------
+
+
+def test_fit_score_counts_what_the_shape_alone_would_strand_then_what_is_left() -> None:
+    total = Resources(cpus=8, mem=28672)  # two agents' worth
+    # <3 CPUs, 7 GB> free: one job1 task fits (then <2, 0> is left, stranded too);
+    # three job2 would need 12 GB, so one fits and <2 CPUs, 3 GB> is stranded.
+    assert fit_score(Resources(cpus=3, mem=7168), JOB1, total) == (0.25, 0.25)
+    assert fit_score(Resources(cpus=3, mem=7168), JOB2, total) == (
+        2 / 8 + 3072 / 28672,
+        2 / 8 + 3072 / 28672,
+    )
+    # An empty agent: job2 fits three times (<1 CPU, 2 GB> stranded), leaving
+    # <3 CPUs, 10 GB> after one.
+    assert fit_score(AGENT, JOB2, total) == (1 / 8 + 2048 / 28672, 3 / 8 + 10240 / 28672)
+    # Resources the cluster has none of do not count; a shape of one resource.
+    assert fit_score(Resources(cpus=2, gpus=1), Resources(cpus=1), total) == (0.0, 1 / 8)
+
+
+def test_packing_places_a_task_only_where_the_framework_has_not_filtered() -> None:
+    # a0 is the better fit for job1 (a job1 task is there), but job1 declined a0. (A
+    # second framework wants offers, so a0 is not skipped as blocked before the walk.)
+    for seed in range(6):
+        allocator = cluster(packing=True, seed=seed)
+        allocator.add_framework("other", "r0")
+        allocator.grant("other", "a0", JOB1)
+        allocator.set_demand("other", [(Resources(cpus=8), 1)])  # fits no agent
+        allocator.add_framework("job1", "r1")
+        allocator.grant("job1", "a0", AGENT - JOB1)
+        allocator.recover("job1", "a0", AGENT - JOB1, refuse_seconds=60)
+        allocator.set_demand("job1", [(JOB1, 1)])
+        assert placed(allocator.allocate()) == {"job1": {"a1": JOB1}}, seed
+
+
+def test_room_is_kept_only_for_a_shape_ahead_that_would_fit_there() -> None:
+    # big (ahead: no share yet, subscribed first) waits for a shape no agent holds,
+    # so no room is kept for it: small goes where it fits best, a1 (two fit there).
+    small = Resources(cpus=1, mem=3072)
+    allocator = Allocator(FakeClock(), packing=True)
+    allocator.add_agent("a0", Resources(cpus=1, mem=4096))
+    allocator.add_agent("a1", Resources(cpus=2, mem=6144))
+    allocator.add_framework("big", "r1")
+    allocator.add_framework("small", "r2")
+    allocator.set_demand("big", [(Resources(cpus=3), 1)])  # fits nowhere
+    allocator.set_demand("small", [(small, 1)])
+    assert placed(allocator.allocate()) == {"small": {"a1": small}}
