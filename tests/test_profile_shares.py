@@ -3,26 +3,17 @@ profile of the agent's task work is read with it)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+from tests.support.scripts import load_script
+
 pytestmark = pytest.mark.unit
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "profile_shares", ROOT / "scripts" / "profile_shares.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["profile_shares"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("profile_shares")
 
 
 def test_a_stack_counts_under_its_first_area() -> None:
