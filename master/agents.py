@@ -179,7 +179,7 @@ class AgentHandling(MasterCore):
             # (An ended one whose end was applied awaits its acknowledgement.)
             unplaced += self._unplaced(agent, rt)
         self.allocator.activate_agent(agent.agent_id)
-        kills = self._kills_owed(agent) + unplaced
+        kills = self._kills_owed(agent) + self._preemption_kills_owed(agent.agent_id) + unplaced
         log.info(
             "agent re-registered", agent_id=agent.agent_id, tasks=len(running), kills=len(kills)
         )

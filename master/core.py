@@ -48,6 +48,7 @@ from mesolite.master.allocator import Allocator
 from mesolite.master.config import MasterConfig
 from mesolite.master.effects import Cancellable, Clock, RegistryStore, Timers
 from mesolite.master.errors import CallRejected
+from mesolite.master.fair_levels import InstantShares
 from mesolite.master.fair_share import ShareInput
 from mesolite.master.leadership import Leadership, SoleLeadership
 from mesolite.master.metrics import MasterMetrics
@@ -338,9 +339,17 @@ class MasterCore(abc.ABC):
         """master/role_settings.py"""
 
     @abc.abstractmethod
+    def instantaneous_fair_shares(self) -> InstantShares:
+        """master/role_settings.py"""
+
+    @abc.abstractmethod
     def _preempted_ended(self, task: TaskRecord) -> float:
         """master/preemptions.py: how long to keep a preempted task's resources from
         its framework on its agent (0 if it was not preempted)."""
+
+    @abc.abstractmethod
+    def _preemption_kills_owed(self, agent_id: str) -> list[msg.KillTask]:
+        """master/preemptions.py"""
 
     @abc.abstractmethod
     def _as_preempted(self, status: TaskStatus) -> TaskStatus:

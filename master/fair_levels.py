@@ -27,9 +27,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 
 from mesolite.master.fair_share import ShareInput, compute_fair_shares
 from mesolite.resources import Resources
+
+
+@dataclass(frozen=True, slots=True)
+class InstantShares:
+    """What `instantaneous_fair_shares` (master/role_settings.py) returns: every role's
+    share; what the roles of live frameworks hold; the demands of those whose
+    frameworks all declared one."""
+
+    fair: dict[str, Resources]
+    held: dict[str, Resources]
+    demands: dict[str, Resources]
 
 
 def capped(share_input: ShareInput, demand: Resources | None, total: Resources) -> ShareInput:

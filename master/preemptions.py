@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from mesolite.master import messages as msg
 from mesolite.master.core import MasterCore, checked, log
 from mesolite.master.effects import Cancellable
-from mesolite.master.fair_levels import fair_levels
 from mesolite.master.preemption import Candidate, Kind, RoleState, Victim, plan, starvation
 from mesolite.master.state import TaskRecord
 from mesolite.model import TaskState, TaskStatus
@@ -78,26 +77,16 @@ class PreemptionHandling(MasterCore):
         tree = self.allocator.roles
         total = self.allocator.total
         active = tree.active_roles()
-        # What a role's tasks hold: outstanding offers do not count (a starved role is
-        # offered what it cannot use, and declines it; it is no less starved).
-        offered: dict[str, Resources] = {}
-        for o in self.offers.values():
-            role = tree.framework_role(o.offer.framework_id)
-            offered[role] = offered.get(role, EMPTY) + o.offer.resources
-        roles = {tree.framework_role(f) for f in self.frameworks if not self.frameworks[f].removing}
-        held = {path: tree.role_allocation(path) - offered.get(path, EMPTY) for path in roles}
-        demands = {
-            path: held[path] + extra for path, extra in self.role_demands().items() if path in held
-        }
-        fair = fair_levels(self._share_inputs(), total, active, demands, held)
+        shares = self.instantaneous_fair_shares()
+        held, demands = shares.held, shares.demands
         now = self._clock()
         states: dict[str, RoleState] = {}
-        for path in roles:
+        for path in held:
             spec = self.roles_config.spec(path)
             guarantee = tree.role_guarantee(path)
             state = RoleState(
                 held[path],
-                fair.get(path, EMPTY),
+                shares.fair.get(path, EMPTY),
                 _within(guarantee, demands.get(path)),
                 tree.role_weight(path),
                 tree.role_resource_weights(path),
@@ -201,7 +190,7 @@ class PreemptionHandling(MasterCore):
         p.timer = None
         agent = self.agents.get(task.agent_id)
         if agent is None or agent.outbox is None:
-            return  # killed when the agent is back, or lost with it
+            return  # killed when the agent is back (_preemption_kills_owed), or lost with it
         p.killed = True
         agent.outbox.send(msg.KillTask(framework_id, task_id))
         log.info(
@@ -211,6 +200,27 @@ class PreemptionHandling(MasterCore):
             agent_id=task.agent_id,
             for_role=p.for_role,
         )
+
+    def _preemption_kills_owed(self, agent_id: str) -> list[msg.KillTask]:
+        """Kills for the agent's preempted tasks whose grace is over (an agent connecting
+        again: it was away when the grace ended, or lost the kill with its stream)."""
+        kills = []
+        for key, p in self.preempting.items():
+            framework_id, task_id = key
+            framework = self.frameworks[framework_id]
+            task = framework.tasks[task_id]
+            # (A removing framework's tasks are all killed: master/agents.py `_kills_owed`.)
+            if p.timer is None and task.agent_id == agent_id and not framework.removing:
+                p.killed = True
+                kills.append(msg.KillTask(framework_id, task_id))
+                log.info(
+                    "killing preempted task",
+                    framework_id=framework_id,
+                    task_id=task_id,
+                    agent_id=agent_id,
+                    for_role=p.for_role,
+                )
+        return kills
 
     def _preempted_ended(self, task: TaskRecord) -> float:
         p = self.preempting.pop((task.framework_id, task.spec.task_id), None)

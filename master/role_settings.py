@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from mesolite.master.allocator import RoleSettings
 from mesolite.master.core import MasterCore, checked, log
+from mesolite.master.fair_levels import InstantShares, fair_levels
 from mesolite.master.fair_share import ShareInput, compute_fair_shares
 from mesolite.master.role_config import RolesConfigError, load_roles
-from mesolite.resources import Resources
+from mesolite.resources import EMPTY, Resources
 
 
 class RoleHandling(MasterCore):
@@ -60,15 +61,38 @@ class RoleHandling(MasterCore):
         """(steady, instantaneous) fair shares of every role.
 
         Steady shares are cached until the configuration, the roles in use or
-        the cluster total change; instantaneous ones follow activity, so they
-        are computed when asked for (reading /state), not on every offer.
+        the cluster total change. Instantaneous ones follow activity and demand,
+        so they are computed when asked for (reading /state, a preemption check),
+        not on every offer; they are the ones preemption measures roles against
+        (`instantaneous_fair_shares`).
         """
         inputs = self._share_inputs()
         total = self.allocator.total
         if self._steady_shares is None or self._steady_shares.keys() != inputs.keys():
             self._steady_shares = compute_fair_shares(inputs, total)
-        active = self.allocator.roles.active_roles()
-        return self._steady_shares, compute_fair_shares(inputs, total, active)
+        return self._steady_shares, self.instantaneous_fair_shares().fair
+
+    def instantaneous_fair_shares(self) -> InstantShares:
+        """Every role's instantaneous fair share, capped by demand (`master/fair_levels.py`),
+        with what each role of a live framework holds and, where every framework of
+        it declared one, its demand (what it holds plus what it waits for).
+
+        What a role holds does not count its outstanding offers: a starved role is
+        offered what it cannot use, and declines it; it is no less starved."""
+        tree = self.allocator.roles
+        offered: dict[str, Resources] = {}
+        for o in self.offers.values():
+            role = tree.framework_role(o.offer.framework_id)
+            offered[role] = offered.get(role, EMPTY) + o.offer.resources
+        roles = {tree.framework_role(f) for f, fw in self.frameworks.items() if not fw.removing}
+        held = {path: tree.role_allocation(path) - offered.get(path, EMPTY) for path in roles}
+        demands = {
+            path: held[path] + extra for path, extra in self.role_demands().items() if path in held
+        }
+        fair = fair_levels(
+            self._share_inputs(), self.allocator.total, tree.active_roles(), demands, held
+        )
+        return InstantShares(fair, held, demands)
 
     def _cluster_changed(self) -> None:
         self._apply_roles()

@@ -182,7 +182,10 @@ class RoleSnapshot:
         metadata=doc("the cluster divided among all roles by weight")
     )
     instantaneous_fair_share: Resources = field(
-        metadata=doc("the cluster divided among active roles")
+        metadata=doc(
+            "the cluster divided among active roles, each capped by its demand"
+            " (what preemption measures it against)"
+        )
     )
     active: bool = field(metadata=doc("a framework in or below it wants offers"))
     frameworks: int = field(metadata=doc("frameworks registered in exactly this role"))

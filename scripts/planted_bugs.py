@@ -1180,10 +1180,25 @@ SIM_BUGS = [
     ),
     Bug(
         "fair levels: preemption measures roles without what their tasks hold",
-        "master/preemptions.py",
-        "fair = fair_levels(self._share_inputs(), total, active, demands, held)",
-        "fair = fair_levels(self._share_inputs(), total, active, demands)",
+        "master/role_settings.py",
+        "self._share_inputs(), self.allocator.total, tree.active_roles(), demands, held",
+        "self._share_inputs(), self.allocator.total, tree.active_roles(), demands",
         ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "preemption: a task whose grace ended while its agent was away is never killed",
+        "master/agents.py",
+        "self._kills_owed(agent) + self._preemption_kills_owed(agent.agent_id) + unplaced",
+        "self._kills_owed(agent) + unplaced",
+        ("tests/test_preemptions.py",),
+    ),
+    Bug(
+        "/state's instantaneous fair shares are not the demand-capped ones preemption uses",
+        "master/role_settings.py",
+        "        return self._steady_shares, self.instantaneous_fair_shares().fair",
+        "        return self._steady_shares, compute_fair_shares(\n"
+        "            inputs, total, self.allocator.roles.active_roles()\n        )",
+        ("tests/test_demand.py",),
     ),
     Bug(
         "preempt creating a new deficit (victim pushed below its threshold of its fair share)",

@@ -84,3 +84,28 @@ def test_a_roles_demand_sums_its_frameworks_and_needs_every_one_declared() -> No
     # r1 has a framework that declared nothing (`u`): its demand is unknown, uncapped.
     assert undeclared.framework_id in core.master.frameworks
     assert core.master.role_demands() == {"r2": Resources(cpus=2, mem=300)}
+
+
+def test_state_shows_the_demand_capped_fair_shares_that_preemption_measures() -> None:
+    """/state (the read model every view reads) and preemption agree: one computation,
+    capped by declared demand and confined to the resources an undeclared role holds."""
+    from mesolite.master.read_model import build_snapshot
+
+    core = CoreHarness()
+    agent = core.add_agent("cpus:8;mem:8192")
+    cpu_only = core.subscribe("cpu-only", role="cpu-only")
+    [offer] = core.allocate_for(cpu_only)
+    core.master.accept(
+        cpu_only.framework_id, [offer.offer_id], [TaskSpec("c", "sleep inf", Resources(cpus=2))], 0
+    )
+    core.update(agent, cpu_only, "c", TaskState.RUNNING)
+    declared = core.subscribe("declared", role="declared")
+    core.master.declare_demand(declared.framework_id, [(Resources(cpus=1, mem=1024), 2)])
+    state = {r.path: r for r in build_snapshot(core.master).roles}
+    # The declared role's share is its demand; the CPU-only role, which declared
+    # nothing, gets the other CPUs and no memory.
+    assert state["declared"].instantaneous_fair_share == Resources(cpus=2, mem=2048)
+    assert state["cpu-only"].instantaneous_fair_share == Resources(cpus=6)
+    for path, role_state in core.master.role_states().items():
+        assert state[path].instantaneous_fair_share == role_state.fair_share
+    core.assert_sound()

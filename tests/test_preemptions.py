@@ -422,3 +422,25 @@ def test_a_guarantee_is_taken_back_only_as_far_as_the_role_declared_it_needs(
     core.master.declare_demand(gold.framework_id, [(Resources(cpus=1, mem=64), 2)])
     assert cycle(core, 15) == 2
     assert len(star.peer.take(msg.Preemption)) == 2
+
+
+def test_a_task_whose_grace_ended_while_its_agent_was_away_is_killed_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    core = cluster(tmp_path)
+    star, agent, ids, _ = gold_arrives(core)
+    assert cycle(core, 15) == 6
+    told = sorted(p.task_id for p in star.peer.take(msg.Preemption))
+    core.master.disconnect_agent(agent.agent_id, agent.peer)
+    core.advance(5.0)  # the grace ends while the agent is away: no one to tell
+    assert agent.peer.take(msg.KillTask) == []
+    specs = [TaskSpec(i, "sleep inf", Resources(cpus=1, mem=64)) for i in ids]
+    back = core.add_agent(
+        "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
+    )
+    assert sorted(k.task_id for k in back.peer.take(msg.KillTask)) == told
+    for task_id in told:
+        core.update(back, star, task_id, TaskState.KILLED)
+    assert all(u.reason == REASON_PREEMPTED for u in core.updates(star) if u.state.is_terminal)
+    assert core.master.preempting == {}
+    core.assert_sound()
