@@ -13,6 +13,9 @@ integration. Files may also mark tests themselves (`pytestmark`).
 from __future__ import annotations
 
 import contextlib
+import shutil
+import subprocess
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -62,6 +65,36 @@ SLOW = {
     "test_restart_workload.py",
     "test_ui_browser.py",
 }
+
+
+IDLE_CHECK = "test_mesos_pymesos.py::test_an_idle_subscription_and_calls_connection_outlive"
+IDLE_RUN = pytest.StashKey[tuple[Path, "subprocess.Popen[bytes]"]]()
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """The pymesos idle check's 100 s run starts as soon as its test is selected and
+    goes on beside the other tests (tests/support/pymesos_idle.py)."""
+    if any(IDLE_CHECK in item.nodeid for item in session.items):
+        from tests.support import pymesos_idle
+
+        work_dir = Path(tempfile.mkdtemp(prefix="mesolite-pymesos-idle-"))
+        session.config.stash[IDLE_RUN] = (work_dir, pymesos_idle.start(work_dir))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    run = session.config.stash.get(IDLE_RUN, None)
+    if run is not None:
+        from tests.support import pymesos_idle
+
+        work_dir, process = run
+        pymesos_idle.stop(process)
+        shutil.rmtree(work_dir, ignore_errors=True)
+
+
+@pytest.fixture
+def pymesos_idle_run(request: pytest.FixtureRequest) -> tuple[Path, subprocess.Popen[bytes]]:
+    """The pymesos idle check's run (work dir, process), started at collection."""
+    return request.config.stash[IDLE_RUN]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
