@@ -410,6 +410,7 @@ class AgentHandling(MasterCore):
             return
         agent.outbox = None
         self.allocator.deactivate_agent(agent_id)
+        self.log_reservations()
         self._rescind_agent_offers(agent_id)
         log.info("agent disconnected", agent_id=agent_id)
 
@@ -436,6 +437,7 @@ class AgentHandling(MasterCore):
             self._terminate(task, TaskState.LOST, f"agent {agent_id} was removed: {reason}")
         self._deliver_pending_ends(agent_id, reason)
         self.allocator.remove_agent(agent_id)
+        self.log_reservations()
         self._cluster_changed()
         del self.agents[agent_id]
         del self._by_last_seen[agent_id]

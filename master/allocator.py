@@ -32,6 +32,13 @@ declared nothing is offered a whole agent as without packing, and a cycle in
 which no framework wanting offers declared a demand is exactly the cycle
 without packing.
 
+Reservations (with packing, unless `reservations=False`; the rules are in
+`master/reservations.py`): when no shape of the demand of the framework first
+in order fits any agent, it may reserve the agents closest to fitting one; a
+reserved agent is kept out of the pool and walked on its own, and frameworks
+behind the reserver see only its surplus (`_choose`), so what frees there
+accumulates until the walk offers the reserver its task.
+
 Cost per cycle: O(A) to visit the agents; per grant, O(depth x log(siblings))
 to re-sort the framework and its roles; plus one step per framework skipped
 because it filtered the agent or its demand does not fit it. An agent whose
@@ -41,6 +48,11 @@ use because no shape of its demand fits them, is skipped in O(1) (see
 than one where everything is offered. With packing, each task offered to a
 framework with a demand also costs O(B x S): B distinct free vectors among the
 cycle's agents (agents alike share one), S the framework's shapes.
+Reservations add O(R) a cycle to end those that timed out (R reserved agents,
+at most an eighth of the agents), one walk of every framework at each reserved
+agent (no O(1) skip there), and, in a cycle where the first framework may
+reserve more, O(B x S log(B x S)) to find that none of its shapes fits and rank
+the agents (B over every agent, blocked ones too).
 """
 
 from __future__ import annotations
@@ -50,6 +62,16 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from mesolite.master.policies import DRFPolicy, SharePolicy
+from mesolite.master.reservations import (
+    MAX_PER_FRAMEWORK,
+    RESERVATION_TIMEOUT,
+    Outcome,
+    Reservation,
+    ReservationEvent,
+    cluster_bound,
+    shortfall,
+    surplus,
+)
 from mesolite.master.role_tree import Headroom, RoleTree, clip
 from mesolite.resources import EMPTY, Resources
 
@@ -126,6 +148,18 @@ class _Agent:
         return self.blocked_by >= wanting and now < self.blocked_until and free == self.blocked_free
 
 
+@dataclass(frozen=True, slots=True)
+class _Wish:
+    """The framework first in order may reserve `room` more agents, for the `wanted`
+    shapes of its demand (index, shape), `counts[index]` more of each at most."""
+
+    framework: _Framework
+    headroom: Headroom
+    wanted: list[tuple[int, Resources]]
+    counts: list[int]
+    room: int
+
+
 @dataclass(slots=True)
 class _Framework:
     framework_id: str
@@ -138,6 +172,8 @@ class _Framework:
     demand: tuple[Resources, ...] | None = None
     counts: tuple[int, ...] = ()  # tasks of each shape; packing offers no more a cycle
     unfit_agents: set[str] = field(default_factory=set)  # where it may be in `_Agent.unfit`
+    reserved: set[str] = field(default_factory=set)  # agents reserved for it
+    barred: dict[str, float] = field(default_factory=dict)  # agent -> no reserving until
 
     @property
     def wants_offers(self) -> bool:
@@ -198,9 +234,20 @@ class Allocator:
         seed: int = 0,
         policy: SharePolicy | None = None,
         packing: bool = False,
+        reservations: bool = True,
+        max_reservations: int = MAX_PER_FRAMEWORK,
+        reservation_timeout: float = RESERVATION_TIMEOUT,
     ) -> None:
+        """`reservations` (with `packing` only): agents may be reserved for a large shape
+        (master/reservations.py), at most `max_reservations` per framework, each for at
+        most `reservation_timeout` seconds."""
         self._clock = clock
         self.packing = packing
+        self.reserving = packing and reservations
+        self.max_reservations = max_reservations
+        self.reservation_timeout = reservation_timeout
+        self._reservations: dict[str, Reservation] = {}  # by agent id
+        self._reservation_events: list[ReservationEvent] = []
         self._rng = random.Random(seed)
         self._agents: dict[str, _Agent] = {}
         self._frameworks: dict[str, _Framework] = {}
@@ -249,6 +296,8 @@ class Allocator:
         self._set_total(self._total + total)
 
     def remove_agent(self, agent_id: str) -> None:
+        if agent_id in self._reservations:
+            self._end_reservation(agent_id, "agent_removed")
         agent = self._agents.pop(agent_id)
         for framework_id, resources in agent.by_framework.items():
             self._tree.unallocated(framework_id, resources)
@@ -265,6 +314,8 @@ class Allocator:
     def deactivate_agent(self, agent_id: str) -> None:
         """Make no offers for this agent (it is disconnected) but keep its allocations."""
         self._agents[agent_id].active = False
+        if agent_id in self._reservations:
+            self._end_reservation(agent_id, "agent_inactive")
 
     # Frameworks ------------------------------------------------------------
 
@@ -281,6 +332,8 @@ class Allocator:
     def remove_framework(self, framework_id: str) -> None:
         """Forget the framework and free everything allocated to it."""
         framework = self._frameworks[framework_id]
+        for agent_id in list(framework.reserved):
+            self._end_reservation(agent_id, "framework_removed")
         self._clear_filters(framework)
         self._clear_unfit(framework)
         self._declared.discard(framework_id)
@@ -324,6 +377,10 @@ class Allocator:
             framework.demand = tuple(shape for shape, _ in pairs)
             framework.counts = tuple(count for _, count in pairs)
             self._declared.add(framework_id)
+        wanted = {s for s, n in zip(framework.demand or (), framework.counts, strict=True) if n > 0}
+        for agent_id in list(framework.reserved):
+            if self._reservations[agent_id].shape not in wanted:
+                self._end_reservation(agent_id, "demand_changed")
         self._refresh(framework_id)
 
     # Resources -------------------------------------------------------------
@@ -373,6 +430,8 @@ class Allocator:
         """Run one allocation cycle and return the offers to make."""
         now = self._clock()
         decisions: list[Allocation] = []
+        if self._reservations:
+            self._expire_reservations(now)
         wanting = self._tree.wanting_count()
         if wanting == 0:
             return decisions
@@ -399,11 +458,19 @@ class Allocator:
         """The cycle with packing (see the module): the same walk at each agent, but a
         framework with a demand is offered one task at a time where it fits best."""
         pool: dict[Resources, dict[str, _Agent]] = {}  # free -> the cycle's agents with it
+        reserved = self._reservations  # not in the pool: walked only, see `_choose`
+        left = {f: list(self._frameworks[f].counts) for f in self._declared}
+        wish = self._reservation_wish(left) if self.reserving else None
+        spare: dict[Resources, list[_Agent]] = {}  # with `wish`: blocked agents too
         for agent in agents:
             free = agent.free
-            if is_allocatable(free) and not agent.is_blocked(free, wanting, now):
-                pool.setdefault(free, {})[agent.agent_id] = agent
-        left = {f: list(self._frameworks[f].counts) for f in self._declared}
+            if is_allocatable(free) and agent.agent_id not in reserved:
+                if wish is not None:
+                    spare.setdefault(free, []).append(agent)
+                if not agent.is_blocked(free, wanting, now):
+                    pool.setdefault(free, {})[agent.agent_id] = agent
+        if wish is not None:
+            self._reserve(wish, spare, pool, now)
         declaring = [self._frameworks[f] for f in self._declared]
         declaring = [f for f in declaring if f.wants_offers]
         # An agent none of these fits is not walked, when every framework that wants
@@ -438,12 +505,16 @@ class Allocator:
                 return
             while True:
                 free = agent.free
-                if agent.agent_id not in pool.get(free, ()):
+                reservation = self._reservations.get(agent.agent_id)
+                if reservation is not None:
+                    if not is_allocatable(free):
+                        break
+                elif agent.agent_id not in pool.get(free, ()):
                     break  # not allocatable, blocked, or given away whole
-                if shapes is not None and not any(free.contains(s) for s in shapes):
+                elif shapes is not None and not any(free.contains(s) for s in shapes):
                     break
                 passed: list[_Framework] = []
-                choice = self._choose(agent, free, now, left, passed)
+                choice = self._choose(agent, free, now, left, passed, reservation)
                 if choice is None:
                     if agent.blocked_by:
                         self._walked_blocked(agent)
@@ -451,20 +522,32 @@ class Allocator:
                 framework_id, offered, headroom = choice
                 framework = self._frameworks[framework_id]
                 if framework.demand is None:
-                    self._pool_move(pool, agent, free, offered, whole=True)
+                    if reservation is None:
+                        self._pool_move(pool, agent, free, offered, whole=True)
                     self._grant(framework_id, agent, offered)
                     key = (framework_id, agent.agent_id)
                     granted[key] = granted.get(key, EMPTY) + offered
                     break
-                target, index = self._place(
-                    framework, headroom, agent, free, offered, pool, left, passed, now
-                )
+                if (
+                    reservation is not None
+                    and framework_id == reservation.framework_id
+                    and self._fulfils(reservation, offered, left)
+                ):
+                    # The shape fits at last: the agent is offered to the framework.
+                    target, index = agent, framework.demand.index(reservation.shape)
+                    self._end_reservation(agent.agent_id, "fitted", now)
+                    pool.setdefault(free, {})[agent.agent_id] = agent
+                else:
+                    target, index = self._place(
+                        framework, headroom, agent, free, offered, pool, left, passed, now
+                    )
                 shape = framework.demand[index]
                 left[framework_id][index] -= 1
                 if not any(n > 0 for n in left[framework_id]):
                     self._tree.set_wants(framework_id, False)
                     done.append(framework_id)
-                self._pool_move(pool, target, target.free, shape, whole=False)
+                if target.agent_id not in self._reservations:
+                    self._pool_move(pool, target, target.free, shape, whole=False)
                 self._grant(framework_id, target, shape)
                 key = (framework_id, target.agent_id)
                 granted[key] = granted.get(key, EMPTY) + shape
@@ -511,6 +594,112 @@ class Allocator:
                     if agent is not None:
                         best, best_agent = (score, index), agent
         return best_agent, best[1]
+
+    # Reservations (master/reservations.py) ----------------------------------------
+
+    def _reservation_wish(self, left: dict[str, list[int]]) -> _Wish | None:
+        """Whether the framework first in order may reserve agents this cycle, and for
+        which of its shapes (those its roles' limits allow). O(S)."""
+        first = next(self._tree.candidates(), None)
+        if first is None:
+            return None
+        framework_id, headroom = first
+        framework = self._frameworks[framework_id]
+        if framework.demand is None:
+            return None
+        room = min(
+            self.max_reservations - len(framework.reserved),
+            cluster_bound(len(self._agents)) - len(self._reservations),
+        )
+        counts = list(left[framework_id])
+        for agent_id in framework.reserved:  # a task of each is waited for already
+            counts[framework.demand.index(self._reservations[agent_id].shape)] -= 1
+        wanted = [
+            (i, shape)
+            for i, shape in enumerate(framework.demand)
+            if counts[i] > 0 and clip(shape, headroom) == shape
+        ]
+        if room <= 0 or not wanted:
+            return None
+        return _Wish(framework, headroom, wanted, counts, room)
+
+    def _reserve(
+        self,
+        wish: _Wish,
+        spare: dict[Resources, list[_Agent]],
+        pool: dict[Resources, dict[str, _Agent]],
+        now: float,
+    ) -> None:
+        """Reserve agents for `wish`'s framework (first in order) if no shape of its
+        demand fits any agent's free resources (`spare`: every agent not reserved with
+        allocatable free resources, blocked or not): those closest to fitting a shape.
+        O(B x S) to see that nothing fits (B distinct free vectors, S shapes), then
+        O(B x S log(B x S)) to rank them, and a scan of the best ranked agents."""
+        framework, headroom, wanted = wish.framework, wish.headroom, wish.wanted
+        frees = [*spare, *(self._agents[a].free for a in self._reservations)]
+        for free in frees:
+            view = clip(free, headroom)
+            if any(view.contains(shape) for _, shape in wanted):
+                return  # it is offered a task this cycle
+        ranked: list[tuple[float, int, int, Resources]] = []
+        for free in spare:  # in the walk's order of agents, for ties
+            for i, shape in wanted:
+                ranked.append((shortfall(free, shape, self._total), len(ranked), i, free))
+        ranked.sort()
+        framework_id = framework.framework_id
+        counts, room, shapes = wish.counts, wish.room, dict(wanted)
+        for _, _, i, free in ranked:
+            shape = shapes[i]
+            for agent in spare[free]:
+                if counts[i] <= 0:
+                    break
+                if agent.agent_id in self._reservations:
+                    continue
+                if not agent.total.contains(shape) or framework.barred.get(agent.agent_id, 0) > now:
+                    continue
+                refused = agent.filters.get(framework_id)
+                if refused is not None and refused.expires_at > now:
+                    continue
+                reservation = Reservation(framework_id, agent.agent_id, shape, now)
+                self._reservations[agent.agent_id] = reservation
+                framework.reserved.add(agent.agent_id)
+                self._reservation_events.append(ReservationEvent(reservation))
+                if agent.agent_id in pool.get(free, ()):
+                    self._pool_move(pool, agent, free, free, whole=True)
+                counts[i] -= 1
+                room -= 1
+                if room == 0:
+                    return
+
+    def _fulfils(
+        self, reservation: Reservation, offered: Resources, left: dict[str, list[int]]
+    ) -> bool:
+        """Whether the reserver, offered `offered` on the agent, gets its reserved task."""
+        if not offered.contains(reservation.shape):
+            return False
+        demand = self._frameworks[reservation.framework_id].demand
+        assert demand is not None, "a reserver's demand names the reserved shape"
+        return left[reservation.framework_id][demand.index(reservation.shape)] > 0
+
+    def _expire_reservations(self, now: float) -> None:
+        """End reservations held too long, and those whose framework declined the agent.
+        O(reservations)."""
+        for agent_id, reservation in list(self._reservations.items()):
+            if now - reservation.since >= self.reservation_timeout:
+                framework = self._frameworks[reservation.framework_id]
+                framework.barred = {a: t for a, t in framework.barred.items() if t > now}
+                framework.barred[agent_id] = now + self.reservation_timeout
+                self._end_reservation(agent_id, "timeout", now)
+                continue
+            refused = self._agents[agent_id].filters.get(reservation.framework_id)
+            if refused is not None and refused.expires_at > now:
+                self._end_reservation(agent_id, "filtered", now)
+
+    def _end_reservation(self, agent_id: str, outcome: Outcome, now: float | None = None) -> None:
+        reservation = self._reservations.pop(agent_id)
+        self._frameworks[reservation.framework_id].reserved.discard(agent_id)
+        held = (self._clock() if now is None else now) - reservation.since
+        self._reservation_events.append(ReservationEvent(reservation, outcome, held))
 
     def _first_unfiltered(
         self, framework_id: str, members: dict[str, _Agent], free: Resources, now: float
@@ -572,6 +761,15 @@ class Allocator:
     def framework_ids(self) -> Iterable[str]:
         return self._frameworks.keys()
 
+    def reservations(self) -> Iterable[Reservation]:
+        """The agents reserved now (master/reservations.py), one each."""
+        return self._reservations.values()
+
+    def take_reservation_events(self) -> list[ReservationEvent]:
+        """The reservations made and ended since the last call, in order."""
+        events, self._reservation_events = self._reservation_events, []
+        return events
+
     # Internals -------------------------------------------------------------
 
     def _choose(
@@ -581,6 +779,7 @@ class Allocator:
         now: float,
         left: dict[str, list[int]] | None = None,
         passed: list[_Framework] | None = None,
+        reservation: Reservation | None = None,
     ) -> tuple[str, Resources, Headroom] | None:
         """The first framework in order that may be offered the agent's `free`
         resources, what it is offered and its roles' headroom. With `left` (packing),
@@ -589,9 +788,23 @@ class Allocator:
         shape of their demand fits `free` are appended to `passed`.
 
         Each framework skipped because it filtered `free` or because no shape of its
-        demand fits `free` is counted toward the agent's block (`blocked_by`)."""
+        demand fits `free` is counted toward the agent's block (`blocked_by`).
+
+        With the agent's `reservation`, frameworks behind the reserver in order see
+        only the `surplus` of `free` (a block counted against the surplus holds for an
+        agent whose free resources are that surplus: the same frameworks refuse it)."""
         filters = agent.filters
+        whole = free
+        reserver = None if reservation is None else reservation.framework_id
+        behind = False
         for framework_id, headroom in self._tree.candidates():
+            if behind:  # the reserver was the one before: from here on, the surplus
+                behind = False
+                free = surplus(whole, reservation.shape)  # type: ignore[union-attr]
+                if not is_allocatable(free):
+                    return None
+            if framework_id == reserver:
+                behind = True
             refused = filters.get(framework_id)
             if refused is not None:
                 if refused.expires_at <= now:
@@ -706,7 +919,9 @@ class Allocator:
     def _refresh(self, framework_id: str) -> None:
         framework = self._frameworks[framework_id]
         if not framework.wants_offers:
-            # It no longer counts toward blocking any agent.
+            # It no longer counts toward blocking any agent, nor holds one.
+            for agent_id in list(framework.reserved):
+                self._end_reservation(agent_id, "not_wanting")
             for agent_id in framework.filtered_agents:
                 agent = self._agents[agent_id]
                 self._unblock(agent, agent.filters[framework_id])

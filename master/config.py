@@ -46,6 +46,9 @@ class MasterConfig:
     # Place tasks of frameworks that declared a demand where they fit best
     # (master/allocator.py, "Packing"); off unless --packing.
     packing: bool = False
+    # With packing: reserve an agent for a large shape that fits nowhere yet
+    # (master/reservations.py); on unless --no-reservations.
+    reservations: bool = True
     # Authorization (master/acl.py); None: every principal may do everything.
     acls_file: Path | None = None
     # Bounds on what clients create (each refusal says which was reached).

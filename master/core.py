@@ -99,7 +99,11 @@ class MasterCore(abc.ABC):
         self._wall_clock = wall_clock
         self._timers = timers
         self.allocator = Allocator(
-            clock, seed=config.seed, policy=make_policy(config.policy), packing=config.packing
+            clock,
+            seed=config.seed,
+            policy=make_policy(config.policy),
+            packing=config.packing,
+            reservations=config.reservations,
         )
         # Raises RolesConfigError for a bad file: a master must not start half-configured.
         self.roles_config = (
@@ -158,6 +162,29 @@ class MasterCore(abc.ABC):
 
     def request_allocation(self) -> None:
         self.allocation_wanted.set()
+
+    def log_reservations(self) -> None:
+        """Log and count the reservations the allocator made and ended since the last call
+        (it does no I/O itself): one line each, with the ids."""
+        for event in self.allocator.take_reservation_events():
+            r = event.reservation
+            if event.outcome is None:
+                log.info(
+                    "agent reserved",
+                    agent_id=r.agent_id,
+                    framework_id=r.framework_id,
+                    shape=r.shape,
+                )
+            else:
+                log.info(
+                    "reservation ended",
+                    agent_id=r.agent_id,
+                    framework_id=r.framework_id,
+                    shape=r.shape,
+                    outcome=event.outcome,
+                    held_seconds=round(event.held, 3),
+                )
+            self.metrics.reservation(event.outcome or "made")
 
     def log_activity(self) -> None:
         """One info line with the offers, launches and updates since the last one (each

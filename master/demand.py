@@ -37,6 +37,7 @@ class DemandHandling(MasterCore):
         wanted = tuple((r, n) for r, n in shapes if n > 0)
         framework.demand = wanted
         self.allocator.set_demand(framework_id, wanted)
+        self.log_reservations()
         log.info(
             "demand declared",
             framework_id=framework_id,

@@ -179,6 +179,7 @@ class FrameworkHandling(MasterCore):
         framework.disconnected_at = self._clock()
         self._rescind_offers(framework)
         self.allocator.disconnect_framework(framework_id)
+        self.log_reservations()
         timeout = framework.info.failover_timeout
         log.info("framework disconnected", framework_id=framework_id, failover_timeout=timeout)
         self._start_failover_timer(framework, timeout)
@@ -229,6 +230,7 @@ class FrameworkHandling(MasterCore):
         self.registry.mark_framework_removing(framework_id)
         framework.removing = True
         self.allocator.disconnect_framework(framework_id)
+        self.log_reservations()
         for task in framework.tasks.values():
             agent = self.agents.get(task.agent_id)
             if agent is not None and agent.outbox is not None:
@@ -259,6 +261,7 @@ class FrameworkHandling(MasterCore):
         if framework.removing and not framework.tasks and not self._tasks_expected(framework_id):
             self.registry.remove_framework(framework_id)
             self.allocator.remove_framework(framework_id)
+            self.log_reservations()
             del self.frameworks[framework_id]
             self._keep_completed(framework)
             log.info("framework removed", framework_id=framework_id)
@@ -296,4 +299,5 @@ class FrameworkHandling(MasterCore):
         framework = self._framework(framework_id)
         framework.suppressed = True
         self.allocator.suppress(framework_id)
+        self.log_reservations()
         log.info("offers suppressed", framework_id=framework_id)

@@ -47,6 +47,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from mesolite.master.leadership import Leadership
+from mesolite.master.reservations import OUTCOMES
 from mesolite.model import TaskState
 from mesolite.resources import Resources
 from mesolite.snapshot import AgentHealth, ClusterSnapshot
@@ -57,6 +58,8 @@ from mesolite.snapshot import AgentHealth, ClusterSnapshot
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
 RescindReason = Literal["timeout", "agent_lost", "framework_gone"]
+# How a reservation of an agent ended (master/reservations.py), or "made".
+RESERVATION_OUTCOMES = ("made", *OUTCOMES)
 RESCIND_REASONS: tuple[RescindReason, ...] = ("timeout", "agent_lost", "framework_gone")
 
 # Every label name of the mesolite_* series: ids, or values from a fixed set.
@@ -73,6 +76,7 @@ LABELS = frozenset(
         "call",
         "isolation",
         "kind",  # of preemption: min_share or fair_share
+        "outcome",  # of a reservation: RESERVATION_OUTCOMES
     }
 )
 # How agents contain tasks (`mesolite_agents_by_isolation`); any other value an
@@ -159,6 +163,16 @@ class MasterMetrics:
             registry=r,
         )
         self._preempted = {kind: preempted.labels(kind) for kind in ("min_share", "fair_share")}
+        reservations = Counter(
+            "mesolite_reservations",
+            "Agents reserved for a framework's task that did not fit yet (with --packing), "
+            "by outcome: made, or how the reservation ended (fitted: the task was offered; "
+            "demand_changed, timeout, filtered, agent_removed, agent_inactive, "
+            "framework_removed, not_wanting).",
+            ["outcome"],
+            registry=r,
+        )
+        self._reservations = {o: reservations.labels(o) for o in RESERVATION_OUTCOMES}
         self._update_retries = Counter(
             "mesolite_status_update_retries",
             "Status updates received again with an update id the master had already "
@@ -246,6 +260,10 @@ class MasterMetrics:
 
     def preempted(self, kind: str) -> None:
         self._preempted[kind].inc()
+
+    def reservation(self, outcome: str) -> None:
+        """A reservation was made ("made") or ended with `outcome`."""
+        self._reservations[outcome].inc()
 
     def update_retried(self) -> None:
         self._update_retries.inc()
@@ -407,6 +425,11 @@ def _agents(state: ClusterSnapshot) -> Iterator[Metric]:
         "mesolite_agents_removed",
         "Agents removed from the cluster (they must register again as new agents).",
         value=len(state.removed_agents),
+    )
+    yield GaugeMetricFamily(
+        "mesolite_agents_reserved",
+        "Agents reserved now for a framework's task that does not fit yet (--packing).",
+        value=sum(1 for a in state.agents if a.reservation is not None),
     )
 
 

@@ -43,6 +43,7 @@ class OfferHandling(MasterCore):
     def allocate(self) -> int:
         """Run one allocation cycle and send the resulting offers; returns their count."""
         decisions = self.allocator.allocate()
+        self.log_reservations()
         self.allocation_cycles += 1
         by_framework: dict[str, list[Offer]] = {}
         for d in decisions:

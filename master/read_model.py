@@ -56,6 +56,7 @@ from mesolite.snapshot import (
     MasterSnapshot,
     OfferSnapshot,
     PreemptionSnapshot,
+    ReservationSnapshot,
     RoleSnapshot,
     TaskSnapshot,
     TaskUsageSnapshot,
@@ -64,6 +65,7 @@ from mesolite.snapshot import (
 
 if TYPE_CHECKING:
     from mesolite.master.master import Master
+    from mesolite.master.reservations import Reservation
     from mesolite.master.state import AgentRecord, FrameworkRecord, TaskRecord
 
 COMPLETED_TASKS_SHOWN = 50
@@ -91,8 +93,10 @@ def build_snapshot(
         _framework(master, f, by_framework.get(f.framework_id, EMPTY), total)
         for f in master.frameworks.values()
     )
+    reserved = {r.agent_id: r for r in master.allocator.reservations()}
     agents = tuple(
-        _agent(master, a, by_agent.get(a.agent_id, EMPTY), now) for a in master.agents.values()
+        _agent(master, a, by_agent.get(a.agent_id, EMPTY), now, reserved.get(a.agent_id))
+        for a in master.agents.values()
     )
     tasks = tuple(_task(t, _preempting(master, t)) for t in master.tasks())
     allocated = sum((a.allocated for a in agents), EMPTY)
@@ -149,7 +153,8 @@ def agent_snapshot(master: Master, agent_id: str) -> AgentSnapshot | None:
         return None
     offers = (o.offer for o in master.offers.values())
     offered = sum((o.resources for o in offers if o.agent_id == agent_id), EMPTY)
-    return _agent(master, agent, offered, master.now())
+    reserved = next((r for r in master.allocator.reservations() if r.agent_id == agent_id), None)
+    return _agent(master, agent, offered, master.now(), reserved)
 
 
 def _healthy(connected: bool, last_seen: float, now: float, timeout: float) -> bool:
@@ -192,7 +197,13 @@ def _framework(
     )
 
 
-def _agent(master: Master, a: AgentRecord, offered: Resources, now: float) -> AgentSnapshot:
+def _agent(
+    master: Master,
+    a: AgentRecord,
+    offered: Resources,
+    now: float,
+    reservation: Reservation | None = None,
+) -> AgentSnapshot:
     allocated = master.allocator.agent_allocated(a.agent_id)
     return AgentSnapshot(
         id=a.agent_id,
@@ -212,6 +223,11 @@ def _agent(master: Master, a: AgentRecord, offered: Resources, now: float) -> Ag
         usage=_measured(a.tasks.values()),
         isolation=a.isolation,
         task_user=a.task_user,
+        reservation=None
+        if reservation is None
+        else ReservationSnapshot(
+            reservation.framework_id, reservation.shape, round(now - reservation.since, 3)
+        ),
     )
 
 

@@ -62,6 +62,17 @@ class ClusterTotals:
 
 
 @dataclass(frozen=True, slots=True)
+class ReservationSnapshot:
+    """An agent held for one task of a framework's that does not fit yet (with
+    --packing; master/reservations.py): those behind it in order are offered only what
+    the task would not need."""
+
+    framework_id: str
+    shape: Resources = field(metadata=doc("the task it is held for"))
+    seconds: float = field(metadata=doc("how long it has been held"))
+
+
+@dataclass(frozen=True, slots=True)
 class AgentSnapshot:
     """One registered agent: its resources, what is allocated on it, and its health."""
 
@@ -104,6 +115,9 @@ class AgentSnapshot:
         ),
     )
     task_user: str = field(default="", metadata=doc("the user its tasks run as"))
+    reservation: ReservationSnapshot | None = field(
+        default=None, metadata=doc("set while the agent is reserved, null otherwise")
+    )
 
     @property
     def health(self) -> AgentHealth:

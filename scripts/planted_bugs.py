@@ -1239,7 +1239,7 @@ SIM_BUGS = [
     Bug(
         "sim: a task ends as it starts",
         "mesolite/lab/sim/engine.py",
-        "                    task.group.duration, self._task_ended, agent_id, job, task,",
+        "                    task.duration, self._task_ended, agent_id, job, task,",
         "                    0.0, self._task_ended, agent_id, job, task,",
         SIM_TESTS,
     ),
@@ -1373,6 +1373,8 @@ MESOS_BUGS = [
 # Packing (issue 18: placing declared demand where it fits best) and the block of agents
 # that frameworks cannot use because their demand does not fit them.
 PACKING_TESTS = ("tests/test_packing.py",)
+# Reservations (issue 18: an agent held for a large shape, master/reservations.py).
+RESERVATION_TESTS = ("tests/test_reservations.py", "tests/test_packing.py")
 PACKING_BUGS = [
     Bug(
         "packing: a task goes to the walked agent, not where it fits best",
@@ -1443,6 +1445,76 @@ PACKING_BUGS = [
         "if refused.block_gen != agent.block_gen and framework_id not in agent.unfit:",
         "if framework_id not in agent.unfit:",
         PACKING_TESTS,
+    ),
+    Bug(
+        "reservations: a reservation never times out",
+        "master/allocator.py",
+        "if now - reservation.since >= self.reservation_timeout:",
+        "if False:",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: those behind the reserver are offered what frees on its agent",
+        "master/allocator.py",
+        "free = surplus(whole, reservation.shape)",
+        "free = whole",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: made for the framework second in order",
+        "master/allocator.py",
+        "first = next(self._tree.candidates(), None)",
+        "first = next(iter(list(self._tree.candidates())[1:]), None)",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: the agent is not offered to the reserver when the shape fits",
+        "master/allocator.py",
+        "and self._fulfils(reservation, offered, left)",
+        "and False",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: kept when the demand no longer names the shape",
+        "master/allocator.py",
+        "if self._reservations[agent_id].shape not in wanted:",
+        "if False:",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: kept for a framework that stopped wanting offers",
+        "master/allocator.py",
+        'self._end_reservation(agent_id, "not_wanting")',
+        "pass",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: the cluster's bound ignored",
+        "master/allocator.py",
+        "            cluster_bound(len(self._agents)) - len(self._reservations),\n",
+        "            self.max_reservations,\n",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: kept on an agent the reserver declined",
+        "master/allocator.py",
+        '                self._end_reservation(agent_id, "filtered", now)',
+        "                pass",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: not the agent closest to fitting",
+        "master/allocator.py",
+        "        ranked.sort()\n",
+        "",
+        RESERVATION_TESTS,
+    ),
+    Bug(
+        "reservations: the simulator ignores its reservations switch",
+        "mesolite/lab/sim/engine.py",
+        "            reservations=settings.reservations,\n",
+        "",
+        RESERVATION_TESTS,
     ),
     Bug(
         "the simulator ignores its packing switch",

@@ -49,6 +49,7 @@ UNIT = {
     "test_preemption.py",
     "test_preemptions.py",
     "test_demand.py",
+    "test_reservations.py",
     "test_resources.py",
     "test_role_tree.py",
     "test_roles_config.py",

@@ -429,6 +429,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="offer a framework that declared a demand one task at a time, on the agent "
         "where its shape fits best, to leave less room stranded (off by default)",
     )
+    m.add_argument(
+        "--no-reservations",
+        dest="reservations",
+        action="store_false",
+        help="with --packing, never reserve an agent for a task shape that fits nowhere "
+        "yet (by default the first framework in order may hold a few agents until it fits)",
+    )
     _add_master_security(m)
     _add_master_ha(m)
     _workloads.add_master_options(m)

@@ -128,6 +128,7 @@ async def _run_master(args: argparse.Namespace) -> int:
         preemption=args.preemption,
         preemption_grace=args.preemption_grace,
         packing=args.packing,
+        reservations=args.reservations,
         work_dir=args.work_dir,
         max_completed_frameworks=args.max_completed_frameworks,
         max_completed_tasks_per_framework=args.max_completed_tasks_per_framework,

@@ -63,28 +63,22 @@ def _common(p: argparse.ArgumentParser, default_policies: list[str]) -> None:
         help="check the master's bookkeeping after every step (slow)",
     )
     p.add_argument("--no-figures", action="store_true", help="CSV files and the table only")
-    p.add_argument(
-        "--demand",
-        choices=("file", "on", "off", "both"),
-        default="file",
-        help="whether jobs declare what they wait for (Call.Demand): as the workload says "
-        "(default), on, off, or both ways (labelled POLICY-demand)",
-    )
-    p.add_argument(
-        "--packing",
-        choices=("file", "on", "off", "both"),
-        default="file",
-        help="the master's --packing (best-fit placement of what jobs declared; needs "
+    switches = {
+        "demand": "whether jobs declare what they wait for (Call.Demand): as the workload "
+        "says (default), on, off, or both ways (labelled POLICY-demand)",
+        "packing": "the master's --packing (best-fit placement of what jobs declared; needs "
         "demand): as the workload says (default), on, off, or both ways (labelled "
         "POLICY-packing)",
-    )
-    p.add_argument(
-        "--preemption",
-        choices=("file", "on", "off", "both"),
-        default="file",
-        help="the master's preemption: as the workload says (default), on, off, or each "
-        "policy run both ways (labelled POLICY and POLICY-no-preemption)",
-    )
+        "reservations": "with packing, reserve agents for task shapes that fit nowhere yet: "
+        "as the workload says (default: on), on, off, or both ways (labelled "
+        "POLICY-reserving)",
+        "preemption": "the master's preemption: as the workload says (default), on, off, or "
+        "each policy run both ways (labelled POLICY and POLICY-no-preemption)",
+    }
+    for name, help_text in switches.items():
+        p.add_argument(
+            f"--{name}", choices=("file", "on", "off", "both"), default="file", help=help_text
+        )
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -116,18 +110,23 @@ def run_simulate(args: argparse.Namespace) -> int:
         return {"file": [from_file], "on": [True], "off": [False], "both": [True, False]}[choice]
 
     runs = [
-        (p, pre, dem, pack)
+        (p, pre, dem, pack, res)
         for p in args.policy
         for pre in ways(args.preemption, workload.settings.preemption)
         for dem in ways(args.demand, workload.settings.demand)
         for pack in ways(args.packing, workload.settings.packing)
+        for res in ways(args.reservations, workload.settings.reservations)
     ]
     results = []
-    for policy, preemption, demand, packing in runs:
+    for policy, preemption, demand, packing, reservations in runs:
         run_on = dataclasses.replace(
             workload,
             settings=dataclasses.replace(
-                workload.settings, preemption=preemption, demand=demand, packing=packing
+                workload.settings,
+                preemption=preemption,
+                demand=demand,
+                packing=packing,
+                reservations=reservations,
             ),
         )
         try:
@@ -143,6 +142,8 @@ def run_simulate(args: argparse.Namespace) -> int:
             result.policy += "-demand"
         if args.packing == "both" and packing:
             result.policy += "-packing"
+        if args.reservations == "both" and reservations:
+            result.policy += "-reserving"
         results.append(result)
         write_csvs(result, args.out)
         if result.invariant_violations:

@@ -100,17 +100,19 @@ class _Task:
     task_id: str
     group: TaskGroup
     request: Resources
+    duration: float
 
 
 @dataclass(slots=True)
 class _Pending:
     """`count` tasks of one group still to launch (`task_ids`: ids to reuse first, of
-    tasks that were killed and run again)."""
+    tasks that were killed and run again, each for its `durations`)."""
 
     group: TaskGroup
     request: Resources
     count: int
     task_ids: list[str] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -163,6 +165,7 @@ class Simulation:
             preemption=settings.preemption,
             preemption_grace=settings.preemption_grace,
             packing=settings.packing,
+            reservations=settings.reservations,
             check_invariants=check_invariants,
             max_frameworks=len(workload.jobs) + 1,
             max_agents=sum(g.count for g in workload.agents) + 1,
@@ -314,9 +317,9 @@ class Simulation:
         if isinstance(message, msg.LaunchTask):
             job = self._by_framework[message.framework_id]
             task = job.running[message.task.task_id]
-            if not math.isinf(task.group.duration):
+            if not math.isinf(task.duration):
                 self.timers.call_later(
-                    task.group.duration, self._task_ended, agent_id, job, task, TaskState.FINISHED
+                    task.duration, self._task_ended, agent_id, job, task, TaskState.FINISHED
                 )
         elif isinstance(message, msg.KillTask):
             job = self._by_framework[message.framework_id]
@@ -370,8 +373,12 @@ class Simulation:
         for pending in job.pending:
             while pending.count and free.contains(pending.request):
                 pending.count -= 1
-                task_id = pending.task_ids.pop() if pending.task_ids else f"t{next(self._ids)}"
-                tasks.append(_Task(task_id, pending.group, pending.request))
+                if pending.task_ids:
+                    task_id, duration = pending.task_ids.pop(), pending.durations.pop()
+                else:
+                    task_id = f"t{next(self._ids)}"
+                    duration = pending.group.duration_of(pending.group.count - pending.count - 1)
+                tasks.append(_Task(task_id, pending.group, pending.request, duration))
                 free = free - pending.request
         if tasks:
             job.pending = deque(p for p in job.pending if p.count)
@@ -436,7 +443,9 @@ class Simulation:
         if status.state is TaskState.FINISHED:
             job.ended += 1
         else:  # killed or lost before its end: it runs again, from the start
-            job.pending.appendleft(_Pending(task.group, task.request, 1, [task.task_id]))
+            job.pending.appendleft(
+                _Pending(task.group, task.request, 1, [task.task_id], [task.duration])
+            )
             self._declare(job)
             if job.suppressed:
                 job.suppressed = False

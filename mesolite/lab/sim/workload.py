@@ -13,12 +13,16 @@
     preemption_grace = 5.0
     demand = false              # jobs declare their pending tasks (Call.Demand)
     packing = false             # the master's --packing (with demand: best-fit placement)
+    reservations = true         # with packing: agents reserved for large shapes (not
+                                # --no-reservations; master/reservations.py)
 
     [[jobs]]
     name = "j1"
     arrival = 0.0            # seconds from the start
     role = "batch"           # default: a role of the job's own, "job/<name>"
     tasks = [{ resources = "cpus:1;mem:2048", count = 10, duration = 30.0 }]
+    # spread = 4.0 (optional): the group's tasks last `duration` to `duration + spread`,
+    # spread evenly in launch order (`TaskGroup.duration_of`), so they do not all end at once
 
 A job is one framework: it subscribes at `arrival`, launches its tasks as offers
 fit them (each group in order), and is torn down when its last task has ended.
@@ -60,9 +64,11 @@ _SIM_KEYS = (
     "preemption_grace",
     "demand",
     "packing",
+    "reservations",
 )
 _JOB_KEYS = ("name", "arrival", "role", "tasks")
-_GROUP_KEYS = ("resources", "count", "duration")
+_GROUP_KEYS = ("resources", "count", "duration", "spread")
+_GOLDEN = (math.sqrt(5) - 1) / 2  # spreads a group's durations evenly, in any prefix
 
 
 class SimWorkloadError(TomlFileError):
@@ -71,11 +77,17 @@ class SimWorkloadError(TomlFileError):
 
 @dataclass(frozen=True, slots=True)
 class TaskGroup:
-    """`count` tasks of one shape and length (`inf`: never ends)."""
+    """`count` tasks of one shape and length (`inf`: never ends), or of lengths
+    `duration` to `duration + spread`."""
 
     resources: Resources
     count: int
     duration: float
+    spread: float = 0.0
+
+    def duration_of(self, index: int) -> float:
+        """How long the group's `index`-th task launched lasts (0 is the first)."""
+        return self.duration + self.spread * (index * _GOLDEN % 1.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +119,7 @@ class SimulationSettings:
     preemption_grace: float = 5.0
     demand: bool = False  # jobs declare what they wait for (master/demand.py)
     packing: bool = False  # the master's --packing (master/allocator.py)
+    reservations: bool = True  # with packing (master/reservations.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,10 +174,13 @@ def dump_workload(workload: SimWorkload) -> str:
     lines.append(f"preemption_grace = {s.preemption_grace!r}")
     lines.append(f"demand = {'true' if s.demand else 'false'}")
     lines.append(f"packing = {'true' if s.packing else 'false'}")
+    lines.append(f"reservations = {'true' if s.reservations else 'false'}")
     for job in workload.jobs:
         groups = ", ".join(
             f'{{ resources = "{_res(g.resources)}", count = {g.count}, '
-            f"duration = {_number(g.duration)} }}"
+            f"duration = {_number(g.duration)}"
+            + (f", spread = {g.spread!r}" if g.spread else "")
+            + " }"
             for g in job.groups
         )
         lines += [
@@ -287,6 +303,7 @@ class _Parser:
             ),
             demand=self.flag(at, "demand", table.get("demand", d.demand)),
             packing=self.flag(at, "packing", table.get("packing", d.packing)),
+            reservations=self.flag(at, "reservations", table.get("reservations", d.reservations)),
         )
 
     def flag(self, at: tuple[str, ...], key: str, value: object) -> bool:
@@ -322,7 +339,8 @@ class _Parser:
         for g in raw:
             if not isinstance(g, dict) or set(g) - set(_GROUP_KEYS) or "resources" not in g:
                 self.fail(
-                    (*at, "tasks"), f"job {name}: each group is {{ resources, count, duration }}"
+                    (*at, "tasks"),
+                    f"job {name}: each group is {{ resources, count, duration[, spread] }}",
                 )
             groups.append(
                 TaskGroup(
@@ -331,6 +349,7 @@ class _Parser:
                     self.seconds(
                         (*at, "tasks"), "duration", g.get("duration", math.inf), 0.0, infinite=True
                     ),
+                    self.seconds((*at, "tasks"), "spread", g.get("spread", 0.0), 0.0),
                 )
             )
         return Job(name, arrival, role, tuple(groups))
