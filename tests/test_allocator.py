@@ -392,6 +392,45 @@ def test_an_agent_everyone_declined_is_offered_again_when_anything_changes() -> 
     assert [d.framework_id for d in allocator.allocate()] == ["B"]
 
 
+def test_a_framework_that_declined_part_of_an_agent_is_offered_all_of_it_later() -> None:
+    # X declines the whole agent; Y takes it, runs a task and declines the rest. When
+    # the task ends the agent is free again, more than Y declined: Y is offered it.
+    agent = Resources(cpus=4, mem=4096)
+    task = Resources(cpus=1, mem=1024)
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", agent)
+    allocator.add_framework("X", "*")
+    allocator.add_framework("Y", "*")
+    assert allocator.allocate() == [Allocation("X", "s1", agent)]
+    allocator.recover("X", "s1", agent, refuse_seconds=100)
+    assert allocator.allocate() == [Allocation("Y", "s1", agent)]
+    allocator.recover("Y", "s1", agent - task, refuse_seconds=100)
+    allocator.recover("Y", "s1", task)  # the task ends, before the next cycle
+    assert allocator.allocate() == [Allocation("Y", "s1", agent)]
+
+
+def test_a_filter_over_less_than_is_free_never_hides_the_agent() -> None:
+    # Z declined <3 CPUs, 3 GB>, X the whole agent. While W's task runs, <3 CPUs, 3 GB>
+    # are free and both have declined that; when it ends, Z is offered the whole agent.
+    agent = Resources(cpus=4, mem=4096)
+    task = Resources(cpus=1, mem=1024)
+    allocator = Allocator(FakeClock())
+    allocator.add_agent("s1", agent)
+    for name in ("W", "X", "Z"):
+        allocator.add_framework(name, "*")
+    allocator.grant("W", "s1", task)
+    allocator.suppress("W")
+    allocator.grant("Z", "s1", agent - task)
+    allocator.recover("Z", "s1", agent - task, refuse_seconds=100)
+    allocator.recover("W", "s1", task)
+    allocator.grant("X", "s1", agent)
+    allocator.recover("X", "s1", agent, refuse_seconds=100)
+    allocator.grant("W", "s1", task)  # W runs a task again
+    assert allocator.allocate() == []
+    allocator.recover("W", "s1", task)
+    assert allocator.allocate() == [Allocation("Z", "s1", agent)]
+
+
 def test_set_role_weight_wants_a_positive_weight_and_keeps_the_limit() -> None:
     allocator = Allocator(FakeClock())
     with pytest.raises(ValueError, match=r"^weight of role 'r' must be positive, got 0$"):

@@ -30,7 +30,13 @@ from hypothesis.stateful import (
 
 from mesolite.lab.sim.workload import parse_workload
 from mesolite.master import allocator as allocator_module
-from mesolite.master.allocator import Allocation, Allocator, fit_score, is_allocatable
+from mesolite.master.allocator import (
+    Allocation,
+    Allocator,
+    RoleSettings,
+    fit_score,
+    is_allocatable,
+)
 from mesolite.master.reservations import cluster_bound, surplus
 from mesolite.resources import EMPTY, Resources
 from tests.simulate import FakeClock
@@ -112,10 +118,12 @@ def test_tasks_are_offered_one_at_a_time_in_fair_order() -> None:
     assert sorted(got["job2"].values(), key=str) == [JOB2 + JOB2 + JOB2]
 
 
-def test_a_task_placed_elsewhere_leaves_room_for_a_larger_shape_ahead_of_it() -> None:
+@pytest.mark.parametrize("count", [1, 5])
+def test_a_task_placed_elsewhere_leaves_room_for_a_larger_shape_ahead_of_it(count: int) -> None:
     # Phase 2: big (<2 CPUs, 4 GB>, lowest share) fits only a1; small (<1 CPU, 3 GB>)
     # is walked at a0, where big does not fit. By fit alone small would go to a1 (it
     # takes two there, stranding nothing); that would leave big no agent at all.
+    # (Room is kept for big's last task as for any other.)
     big, small = Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)
     for seed in range(8):
         allocator = Allocator(FakeClock(), seed=seed, packing=True)
@@ -125,7 +133,7 @@ def test_a_task_placed_elsewhere_leaves_room_for_a_larger_shape_ahead_of_it() ->
         allocator.add_framework("big", "r1")
         allocator.add_framework("small", "r2")
         allocator.grant("small", "a2", Resources(cpus=0.5))  # small's share is higher
-        allocator.set_demand("big", [(big, 5)])
+        allocator.set_demand("big", [(big, count)])
         allocator.set_demand("small", [(small, 5)])
         got = placed(allocator.allocate())
         assert got["big"] == {"a1": big}, seed
@@ -181,6 +189,61 @@ def test_a_framework_that_stops_and_resumes_wanting_is_walked_again() -> None:
     allocator.suppress("f")
     allocator.revive("g")  # one wanting framework, and f is no longer counted
     assert [d.framework_id for d in allocator.allocate()] == ["g"]
+
+
+@pytest.mark.parametrize("unfit_after", [0, 1])
+def test_a_hold_on_an_agent_a_framework_cannot_use_counts_it_once(unfit_after: int) -> None:
+    # f's demand does not fit the agent (counted once toward its block); then f is held
+    # off it, and `unfit_after` more frameworks that cannot use it join. When g wants
+    # offers again, not all of those wanting have been counted: g is offered the agent.
+    allocator = cluster(packing=False, agents=1)
+    allocator.add_framework("f", "*")
+    allocator.add_framework("g", "*")
+    allocator.suppress("g")
+    allocator.set_demand("f", [(Resources(cpus=8), 1)])
+    assert allocator.allocate() == []
+    allocator.hold("f", "a0", 60)
+    for i in range(unfit_after):
+        allocator.add_framework(f"u{i}", "*")
+        allocator.set_demand(f"u{i}", [(Resources(cpus=8), 1)])
+        assert allocator.allocate() == []
+    allocator.revive("g")
+    assert placed(allocator.allocate()) == {"g": {"a0": AGENT}}
+
+
+def test_a_framework_that_could_not_use_a_lost_agent_changes_its_demand() -> None:
+    # f could not use a0 (<3 CPUs, 3 GB> free while t ran a task); later g declined
+    # the whole of a0; then a0 is lost. f's new demand fits a1.
+    allocator = cluster(packing=False, agents=2)
+    allocator.add_framework("f", "*")
+    allocator.add_framework("g", "*")
+    allocator.add_framework("t", "*")
+    task = Resources(cpus=1, mem=1024)
+    allocator.grant("t", "a0", task)
+    allocator.grant("t", "a1", AGENT)
+    allocator.suppress("t")
+    allocator.suppress("g")
+    allocator.set_demand("f", [(Resources(cpus=2, mem=14336), 1)])
+    assert allocator.allocate() == []
+    allocator.recover("t", "a0", task)
+    allocator.revive("g")
+    allocator.grant("g", "a0", AGENT)
+    allocator.recover("g", "a0", AGENT, refuse_seconds=60)
+    allocator.remove_agent("a0")
+    allocator.recover("t", "a1", AGENT)
+    allocator.set_demand("f", [(JOB2, 1)])
+    assert placed(allocator.allocate()) == {"f": {"a1": AGENT}}
+
+
+def test_an_agent_is_lost_after_a_framework_that_could_not_use_it_left() -> None:
+    allocator = cluster(packing=False, agents=2)
+    allocator.add_framework("f", "*")
+    allocator.set_demand("f", [(Resources(cpus=8), 1)])
+    assert allocator.allocate() == []
+    allocator.remove_framework("f")
+    allocator.remove_agent("a0")
+    allocator.add_framework("g", "*")
+    assert placed(allocator.allocate()) == {"g": {"a1": AGENT}}
 
 
 # -- random churn -----------------------------------------------------------------------
@@ -561,3 +624,265 @@ def test_room_is_kept_only_for_a_shape_ahead_that_would_fit_there() -> None:
     allocator.set_demand("big", [(Resources(cpus=3), 1)])  # fits nowhere
     allocator.set_demand("small", [(small, 1)])
     assert placed(allocator.allocate()) == {"small": {"a1": small}}
+
+
+# -- what packing offers, and where ----------------------------------------------------
+
+
+def walk_order(agents: dict[str, Resources], seed: int) -> list[str]:
+    """The order in which a cycle of an allocator with these agents (added in this
+    order) and this seed visits them: the offers to a lone framework that declared
+    nothing, one whole agent each, in the order made."""
+    allocator = Allocator(FakeClock(), seed=seed, packing=True)
+    for agent_id, total in agents.items():
+        allocator.add_agent(agent_id, total)
+    allocator.add_framework("probe", "*")
+    return [d.agent_id for d in allocator.allocate()]
+
+
+def seed_walking(agents: dict[str, Resources], *first: str) -> int:
+    """A seed whose cycle visits the agents `first` before the others, in that order."""
+    for seed in range(200):
+        if walk_order(agents, seed)[: len(first)] == list(first):
+            return seed
+    raise AssertionError(f"no seed walks {first} first")
+
+
+def packed(agents: dict[str, Resources], seed: int = 0) -> Allocator:
+    allocator = Allocator(FakeClock(), seed=seed, packing=True)
+    for agent_id, total in agents.items():
+        allocator.add_agent(agent_id, total)
+    return allocator
+
+
+def test_the_allocator_packs_only_when_asked() -> None:
+    allocator = Allocator(FakeClock())  # the master's default: no --packing
+    for i in range(2):
+        allocator.add_agent(f"a{i}", AGENT)
+    allocator.add_framework("job1", "r1")
+    allocator.set_demand("job1", [(JOB1, 1)])
+    assert placed(allocator.allocate()) == {"job1": {"a0": AGENT, "a1": AGENT}}
+
+
+def test_each_shape_is_offered_no_more_often_than_declared_for_it() -> None:
+    # One task of each shape. job2 goes first (it strands less on an empty agent);
+    # then job2 would still strand less than job1, here or on the other agent, but
+    # its one task is offered: the second task is job1's.
+    for agents in (1, 2):
+        for seed in range(6):
+            allocator = cluster(packing=True, agents=agents, seed=seed)
+            allocator.add_framework("job", "r1")
+            allocator.set_demand("job", [(JOB2, 1), (JOB1, 1)])
+            offers = sorted((d.resources for d in allocator.allocate()), key=str)
+            expected = [JOB1 + JOB2] if agents == 1 else [JOB1, JOB2]
+            assert offers == sorted(expected, key=str), (agents, seed)
+
+
+def test_between_shapes_that_fit_as_well_the_one_declared_first_is_offered() -> None:
+    # On <2 CPUs, 2 GB> both shapes leave <0 or 1 CPU, 1 or 0 GB>: the same score; only
+    # one of them fits.
+    wide, tall = Resources(cpus=2, mem=1024), Resources(cpus=1, mem=2048)
+    for shapes in ((wide, tall), (tall, wide)):
+        allocator = packed({"a0": Resources(cpus=2, mem=2048)})
+        allocator.add_framework("job", "r1")
+        allocator.set_demand("job", [(shape, 1) for shape in shapes])
+        assert placed(allocator.allocate()) == {"job": {"a0": shapes[0]}}
+
+
+def test_a_tie_between_agents_goes_to_the_walked_one() -> None:
+    # One CPU on either agent strands the same (all of its other resource) and leaves
+    # the same: the task goes to the first agent the cycle visits.
+    agents = {"a0": Resources(cpus=2, mem=1024), "a1": Resources(cpus=2, disk=1024)}
+    for seed in range(6):
+        allocator = packed(agents, seed)
+        allocator.add_framework("job", "r1")
+        allocator.set_demand("job", [(Resources(cpus=1), 1)])
+        first = walk_order(agents, seed)[0]
+        assert placed(allocator.allocate()) == {"job": {first: Resources(cpus=1)}}, seed
+
+
+def test_a_shape_beyond_the_roles_limit_is_not_offered_on_another_agent() -> None:
+    # The role may hold 2 CPUs: `small` fits under that limit, `large` does not, though
+    # it would fit a1 exactly (the best fit there is).
+    small, large = Resources(cpus=1, mem=1024), Resources(cpus=3, mem=1024)
+    agents = {"a0": Resources(cpus=4, mem=4096), "a1": Resources(cpus=3, mem=1024)}
+    for seed in range(6):
+        allocator = packed(agents, seed)
+        allocator.configure_roles({"lim": RoleSettings(limit={"cpus": 2})})
+        allocator.add_framework("job", "lim")
+        allocator.set_demand("job", [(small, 1), (large, 1)])
+        assert placed(allocator.allocate()) == {"job": {"a0": small}}, seed
+
+
+def test_an_agent_offered_to_a_framework_without_demand_is_out_of_the_cycle() -> None:
+    # `any` declared nothing and may hold 2 CPUs: it is offered the first agent walked,
+    # cut to its limit; what is left there (2 CPUs, no memory) is the best fit for
+    # job's tasks, but that agent was offered: they go to the other one.
+    agents = {"a0": Resources(cpus=4, mem=4096), "a1": Resources(cpus=4, mem=4096)}
+    for seed in range(6):
+        allocator = packed(agents, seed)
+        allocator.configure_roles({"lim": RoleSettings(limit={"cpus": 2, "mem": 4096})})
+        allocator.add_framework("any", "lim")  # first in order: subscribed first
+        allocator.add_framework("job", "r1")
+        allocator.set_demand("job", [(Resources(cpus=1), 3)])
+        first, second = walk_order(agents, seed)
+        assert placed(allocator.allocate()) == {
+            "any": {first: Resources(cpus=2, mem=4096)},
+            "job": {second: Resources(cpus=3)},
+        }, seed
+
+
+def test_packing_offers_nothing_on_an_agent_below_the_smallest_offer() -> None:
+    # a1's only free resource is a GPU: no offer is made there (less than 0.01 CPU and
+    # 32 MB), though a GPU task would fit it best.
+    agents = {"a0": Resources(cpus=4, mem=4096, gpus=1), "a1": Resources(cpus=1, gpus=1)}
+    for seed in range(6):
+        allocator = packed(agents, seed)
+        allocator.add_framework("other", "r0")
+        allocator.grant("other", "a1", Resources(cpus=1))
+        allocator.suppress("other")
+        allocator.add_framework("job", "r1")
+        allocator.set_demand("job", [(Resources(gpus=1), 1)])
+        assert placed(allocator.allocate()) == {"job": {"a0": Resources(gpus=1)}}, seed
+
+
+def test_a_task_that_needs_no_gpu_stays_off_the_gpu_agent() -> None:
+    # The one GPU counts as a whole cluster's worth of GPUs: stranding it costs more
+    # than anything else.
+    agents = {"a0": Resources(cpus=2, mem=2048, gpus=1), "a1": Resources(cpus=2, mem=2048)}
+    for seed in range(6):
+        allocator = packed(agents, seed)
+        allocator.add_framework("job", "r1")
+        allocator.set_demand("job", [(Resources(cpus=1, mem=1024), 1)])
+        assert placed(allocator.allocate()) == {"job": {"a1": Resources(cpus=1, mem=1024)}}, seed
+
+
+@pytest.mark.parametrize("declined", ["expired", "less"])
+def test_a_filter_that_no_longer_holds_does_not_keep_a_task_off_an_agent(declined: str) -> None:
+    # a0 is the better fit for job1. Its filter there has just expired (at exactly its
+    # time), or covers less than a0's free resources (a larger offer passes it).
+    for seed in range(6):
+        clock = FakeClock()
+        allocator = Allocator(clock, seed=seed, packing=True)
+        allocator.add_agent("a0", AGENT)
+        allocator.add_agent("a1", AGENT)
+        allocator.add_framework("other", "r0")
+        allocator.grant("other", "a0", JOB1)
+        allocator.suppress("other")
+        allocator.add_framework("job1", "r1")
+        refused = AGENT - JOB1 if declined == "expired" else JOB2
+        allocator.grant("job1", "a0", refused)
+        allocator.recover("job1", "a0", refused, refuse_seconds=60)
+        if declined == "expired":
+            clock.now = 60.0
+        allocator.set_demand("job1", [(JOB1, 1)])
+        assert placed(allocator.allocate()) == {"job1": {"a0": JOB1}}, seed
+
+
+def test_no_room_is_kept_for_a_shape_ahead_that_was_offered_all_it_declared() -> None:
+    # big waits for one <2 CPUs, 4 GB> task and one that fits nowhere. The cycle walks
+    # a2 first, where big's first shape fits exactly: it is offered there. At a0 big
+    # fits nothing, so small is walked there and goes where it fits best, a1: the room
+    # big's first shape would need there is no longer waited for.
+    big, small = Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)
+    agents = {
+        "a0": Resources(cpus=1, mem=4096),
+        "a1": Resources(cpus=2, mem=6144),
+        "a2": big,
+        "a3": Resources(cpus=4),
+    }
+    allocator = packed(agents, seed_walking(agents, "a2", "a0", "a1"))
+    allocator.add_framework("big", "r1")
+    allocator.add_framework("small", "r2")
+    allocator.grant("small", "a3", Resources(cpus=4))  # small's share stays higher
+    allocator.set_demand("big", [(big, 1), (Resources(cpus=16), 1)])
+    allocator.set_demand("small", [(small, 1)])
+    assert placed(allocator.allocate()) == {"big": {"a2": big}, "small": {"a1": small}}
+
+
+def test_room_is_kept_for_at_most_max_passed_frameworks_ahead() -> None:
+    # As in the phase 2 test, but MAX_PASSED frameworks that wait for a shape that fits
+    # nowhere are ahead of big: only they are looked at (the bound on `_place`'s cost),
+    # so small takes a1, where big would fit, when the cycle walks a0 first.
+    big, small = Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072)
+    agents = {
+        "a0": Resources(cpus=1, mem=4096),
+        "a1": Resources(cpus=2, mem=6144),
+        "a2": Resources(cpus=0.5),
+    }
+    allocator = packed(agents, seed_walking(agents, "a0", "a1"))
+    for i in range(allocator_module.MAX_PASSED):
+        allocator.add_framework(f"p{i}", "r0")
+        allocator.set_demand(f"p{i}", [(Resources(cpus=16), 1)])
+    allocator.add_framework("big", "r1")
+    allocator.add_framework("small", "r2")
+    allocator.grant("small", "a2", Resources(cpus=0.5))
+    allocator.set_demand("big", [(big, 1)])
+    allocator.set_demand("small", [(small, 1)])
+    assert placed(allocator.allocate()) == {"small": {"a1": small}}
+
+
+def test_frameworks_offered_all_they_declared_are_out_of_the_rest_of_the_cycle() -> None:
+    # MAX_PASSED frameworks (each in a role of its own) want one <1 disk> task each,
+    # which fits only a2; the cycle walks a2 first and offers them all there. Then
+    # they wait for nothing more this cycle and are not walked: at a0, big is the
+    # first framework whose demand does not fit, and small leaves a1 to it (as in the
+    # phase 2 test).
+    big, small, disk = Resources(cpus=2, mem=4096), Resources(cpus=1, mem=3072), Resources(disk=1)
+    n = allocator_module.MAX_PASSED
+    agents = {
+        "a0": Resources(cpus=1, mem=4096),
+        "a1": Resources(cpus=2, mem=6144),
+        "a2": Resources(cpus=1, disk=n),
+        "held": Resources(cpus=10),
+    }
+    allocator = packed(agents, seed_walking(agents, "a2", "a0", "a1"))
+    for i in range(n):
+        allocator.add_framework(f"p{i}", f"p{i}")
+        allocator.set_demand(f"p{i}", [(disk, 1)])
+    allocator.add_framework("big", "r1")
+    allocator.add_framework("small", "r2")
+    # Shares: each p then 1/8 (its disk), big 2/14 of the CPUs, small 8/14.
+    allocator.grant("big", "held", Resources(cpus=2))
+    allocator.grant("small", "held", Resources(cpus=8))
+    allocator.set_demand("big", [(big, 1)])
+    allocator.set_demand("small", [(small, 1)])
+    assert placed(allocator.allocate()) == {
+        **{f"p{i}": {"a2": disk} for i in range(n)},
+        "small": {"a0": small},
+        "big": {"a1": big},
+    }
+
+
+def decisions_and_walks(allocator: Allocator) -> tuple[list[Allocation], int]:
+    """A cycle's offers, and how many walks of the role tree it took."""
+    with mock.patch.object(
+        Allocator, "_choose", autospec=True, side_effect=Allocator._choose
+    ) as spy:
+        decisions = allocator.allocate()
+    return decisions, spy.call_count
+
+
+def test_packing_does_not_walk_an_agent_left_with_room_no_declared_shape_fits() -> None:
+    # Two job1 tasks fill a0's memory; the <2 CPUs> left fit no shape declared, and
+    # every framework wanting offers declared one: a0 is not walked a third time.
+    allocator = cluster(packing=True, agents=1)
+    allocator.add_framework("job1", "r1")
+    allocator.set_demand("job1", [(JOB1, 10)])
+    decisions, walks = decisions_and_walks(allocator)
+    assert placed(decisions) == {"job1": {"a0": JOB1 + JOB1}}
+    assert walks == 2
+
+
+def test_with_packing_an_agent_every_framework_declined_is_skipped_without_a_walk() -> None:
+    clock = FakeClock()
+    allocator = Allocator(clock, packing=True)
+    allocator.add_agent("a0", AGENT)
+    allocator.add_framework("job2", "r1")
+    allocator.set_demand("job2", [(JOB2, 1)])
+    allocator.grant("job2", "a0", AGENT)
+    allocator.recover("job2", "a0", AGENT, refuse_seconds=60)
+    assert allocator.allocate() == []
+    assert choose_calls(allocator) == 0
+    clock.now = 60.0
+    assert placed(allocator.allocate()) == {"job2": {"a0": JOB2}}
