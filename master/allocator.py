@@ -191,17 +191,13 @@ def fit_score(free: Resources, shape: Resources, total: Resources) -> tuple[floa
        still holds it, so emptier agents stay whole for larger shapes).
 
     `shape` must fit in `free`."""
-    copies = min(
-        (int(free.get_amount(n) // amount) for n in shape if (amount := shape.get_amount(n)) > 0),
-        default=1,
-    )
+    rest, after = free.remainder(shape), free - shape
     stranded = left = 0.0
     for name in free:
         whole = total.get_amount(name)
         if whole > 0:
-            have, need = free.get_amount(name), shape.get_amount(name)
-            stranded += (have - copies * need) / whole
-            left += (have - need) / whole
+            stranded += rest.get_amount(name) / whole
+            left += after.get_amount(name) / whole
     return stranded, left
 
 

@@ -139,6 +139,14 @@ class Resources(Mapping[str, float]):
         mine = self._units
         return all(mine.get(name, 0) >= u for name, u in other._units.items())
 
+    def remainder(self, unit: Resources) -> Resources:
+        """What is left here beside as many whole copies of `unit` as fit (all of it
+        when `unit` is empty: copies of nothing take nothing). Exact, in thousandths."""
+        mine, each = self._units, unit._units
+        copies = min((mine.get(name, 0) // u for name, u in each.items()), default=0)
+        units = {name: left for name, u in mine.items() if (left := u - copies * each.get(name, 0))}
+        return Resources._from_units(units)
+
     def __eq__(self, other: object) -> bool:
         if isinstance(other, Resources):
             return self._units == other._units

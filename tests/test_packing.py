@@ -597,6 +597,24 @@ def test_fit_score_counts_what_the_shape_alone_would_strand_then_what_is_left() 
     assert fit_score(Resources(cpus=2, gpus=1), Resources(cpus=1), total) == (0.0, 1 / 8)
 
 
+def test_fit_score_counts_whole_tasks_of_a_fraction_of_a_cpu_exactly() -> None:
+    # Ten tasks of 0.1 CPU fill 1 CPU (1 // 0.1 is 9.0 in floating point), seven 0.7.
+    tenth = Resources(cpus=0.1)
+    assert fit_score(Resources(cpus=1), tenth, Resources(cpus=2)) == (0.0, 0.45)
+    assert fit_score(Resources(cpus=0.7), tenth, Resources(cpus=2))[0] == 0.0
+    assert fit_score(Resources(cpus=1.05), tenth, Resources(cpus=2)) == (0.025, 0.475)
+
+
+def test_a_fraction_of_a_cpu_goes_where_whole_tasks_of_it_strand_nothing() -> None:
+    # Tasks of 0.1 CPU fill a0's 1 CPU exactly, and leave 0.05 of a1's 1.05 stranded.
+    agents = {"a0": Resources(cpus=1), "a1": Resources(cpus=1.05)}
+    for seed in range(6):
+        allocator = packed(agents, seed)
+        allocator.add_framework("job", "r1")
+        allocator.set_demand("job", [(Resources(cpus=0.1), 1)])
+        assert placed(allocator.allocate()) == {"job": {"a0": Resources(cpus=0.1)}}, seed
+
+
 def test_packing_places_a_task_only_where_the_framework_has_not_filtered() -> None:
     # a0 is the better fit for job1 (a job1 task is there), but job1 declined a0. (A
     # second framework wants offers, so a0 is not skipped as blocked before the walk.)

@@ -58,6 +58,18 @@ def test_contains_and_zero_amounts() -> None:
     assert Resources(cpus=1, mem=0) == Resources(cpus=1)
 
 
+def test_remainder_is_what_whole_copies_leave() -> None:
+    agent = Resources(cpus=4, mem=14336, gpus=1)
+    # Three <1 CPU, 4 GB> fit (memory runs out first): <1 CPU, 2 GB, 1 GPU> are left.
+    assert agent.remainder(Resources(cpus=1, mem=4096)) == Resources(cpus=1, mem=2048, gpus=1)
+    # Exact in thousandths: ten 0.1 CPUs fill 1 CPU (1 // 0.1 == 9.0 in floats).
+    assert Resources(cpus=1).remainder(Resources(cpus=0.1)).is_empty()
+    assert Resources(cpus=1.05).remainder(Resources(cpus=0.1)) == Resources(cpus=0.05)
+    # No copy fits: all is left; copies of nothing take nothing.
+    assert agent.remainder(Resources(cpus=1, disk=1)) == agent
+    assert agent.remainder(Resources()) == agent
+
+
 def test_shares_of_total() -> None:
     used = Resources(cpus=3, mem=1024)
     assert used.shares(Resources(cpus=9, mem=18432)) == pytest.approx(
