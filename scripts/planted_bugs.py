@@ -1447,6 +1447,45 @@ PACKING_BUGS = [
         PACKING_TESTS,
     ),
     Bug(
+        "packing: whole tasks counted in floating point (1 // 0.1 is 9.0)",
+        "master/allocator.py",
+        "rest, after = free.remainder(shape), free - shape",
+        "rest, after = Resources({n: max(0.0, free.get_amount(n) - min(free.get_amount(m)"
+        " // shape.get_amount(m) for m in shape) * shape.get_amount(n)) for n in free}),"
+        " free - shape",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "packing: a shape beyond the role's limit placed on another agent",
+        "master/allocator.py",
+        "                continue\n            view = clip(free, headroom)\n",
+        "                continue\n            view = free\n",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "packing: an agent offered to a framework without demand stays in the cycle's pool",
+        "master/allocator.py",
+        "self._pool_move(pool, agent, free, offered, whole=True)",
+        "self._pool_move(pool, agent, free, offered, whole=False)",
+        PACKING_TESTS,
+    ),
+    Bug(
+        "a decline counted toward the block of the agent's earlier free resources",
+        "master/allocator.py",
+        "        if framework.wants_offers and resources.contains(free):\n"
+        "            if agent.blocked_free != free:\n"
+        "                self._new_block(agent, free)\n",
+        "        if framework.wants_offers and resources.contains(free):\n",
+        FAST_TESTS,
+    ),
+    Bug(
+        "a hold counts a framework already counted as unfit again",
+        "master/allocator.py",
+        "if framework_id not in agent.unfit:  # else it is counted already",
+        "if True:",
+        PACKING_TESTS,
+    ),
+    Bug(
         "reservations: a reservation never times out",
         "master/allocator.py",
         "if now - reservation.since >= self.reservation_timeout:",
