@@ -651,8 +651,9 @@ class Allocator:
                     break
                 if agent.agent_id in self._reservations:
                     continue
-                if not agent.total.contains(shape) or framework.barred.get(agent.agent_id, 0) > now:
-                    continue
+                others = agent.total - agent.by_framework.get(framework_id, EMPTY)
+                if not others.contains(shape) or framework.barred.get(agent.agent_id, 0) > now:
+                    continue  # it fits there only once its own tasks end, or it timed out
                 refused = agent.filters.get(framework_id)
                 if refused is not None and refused.expires_at > now:
                     continue

@@ -11,8 +11,10 @@ module holds the pieces, pure):
 * Made only for the framework first in order (the lowest share, under DRF) when no
   shape of its demand fits any agent's free resources in the cycle, on the agent
   closest to fitting one (`shortfall`: the least missing, counted as fractions of the
-  cluster) among those whose total holds the shape, that it has not filtered, and that
-  did not time out on it within the last `RESERVATION_TIMEOUT`.
+  cluster) among those where the shape would fit once other frameworks' tasks there
+  end (waiting for its own to end gains it nothing: it would only idle what frees
+  meanwhile), that it has not filtered, and that did not time out on it within the
+  last `RESERVATION_TIMEOUT`.
 * At most `MAX_PER_FRAMEWORK` per framework, `cluster_bound(agents)` in all, one per
   agent.
 * While it lasts, frameworks behind the reserver in order are offered only the agent's

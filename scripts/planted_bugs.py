@@ -1542,6 +1542,13 @@ PACKING_BUGS = [
         RESERVATION_TESTS,
     ),
     Bug(
+        "reservations: an agent reserved where only the reserver's own tasks must end",
+        "master/allocator.py",
+        "others = agent.total - agent.by_framework.get(framework_id, EMPTY)",
+        "others = agent.total",
+        RESERVATION_TESTS,
+    ),
+    Bug(
         "reservations: not the agent closest to fitting",
         "master/allocator.py",
         "        ranked.sort()\n",

@@ -418,3 +418,28 @@ def test_the_master_logs_each_reservation_and_shows_it_on_state_and_metrics() ->
     [a] = build_snapshot(core.master).agents
     assert a.reservation is not None and a.reservation.seconds == 2.0
     core.assert_sound()
+
+
+def test_no_agent_is_reserved_where_only_the_reservers_own_tasks_would_have_to_end() -> None:
+    # Phase 1: big's <1 CPU, 10 GB> on a0 beside three of small's <1 CPU, 1 GB>; small
+    # also fills a1, so big is first. One of small's tasks on a0 ends: big's shape fits
+    # a0 only once big's own task there ends, so holding the CPU for it would gain it
+    # nothing; small is offered the CPU. On a2, where small holds 10 GB instead, it is.
+    task = Resources(cpus=1, mem=10240)
+    clock = FakeClock()
+    allocator = Allocator(clock, packing=True)
+    allocator.add_framework("big", "r1")
+    allocator.add_framework("small", "r2")
+    allocator.set_demand("big", [(task, 10)])
+    allocator.set_demand("small", [(Resources(cpus=1, mem=1024), 10)])
+    for agent_id in ("a0", "a1"):
+        allocator.add_agent(agent_id, AGENT)
+    allocator.grant("big", "a0", task)
+    allocator.grant("small", "a0", Resources(cpus=2, mem=2048))  # one of three ended
+    allocator.grant("small", "a1", AGENT)
+    assert allocator.allocate() == [Allocation("small", "a0", Resources(cpus=1, mem=1024))]
+    assert list(allocator.reservations()) == []
+    allocator.add_agent("a2", AGENT)
+    allocator.grant("small", "a2", Resources(cpus=3, mem=12288))
+    assert allocator.allocate() == []
+    assert [r.agent_id for r in allocator.reservations()] == ["a2"]
