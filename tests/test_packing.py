@@ -682,6 +682,14 @@ def test_the_allocator_packs_only_when_asked() -> None:
     assert placed(allocator.allocate()) == {"job1": {"a0": AGENT, "a1": AGENT}}
 
 
+def test_with_packing_a_demand_taken_back_restores_whole_offers() -> None:
+    allocator = cluster(packing=True, agents=2)
+    allocator.add_framework("job1", "r1")
+    allocator.set_demand("job1", [(JOB1, 1)])
+    allocator.set_demand("job1", None)
+    assert placed(allocator.allocate()) == {"job1": {"a0": AGENT, "a1": AGENT}}
+
+
 def test_each_shape_is_offered_no_more_often_than_declared_for_it() -> None:
     # One task of each shape. job2 goes first (it strands less on an empty agent);
     # then job2 would still strand less than job1, here or on the other agent, but

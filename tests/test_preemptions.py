@@ -434,13 +434,49 @@ def test_a_task_whose_grace_ended_while_its_agent_was_away_is_killed_when_it_is_
     core.master.disconnect_agent(agent.agent_id, agent.peer)
     core.advance(5.0)  # the grace ends while the agent is away: no one to tell
     assert agent.peer.take(msg.KillTask) == []
+    other = core.add_agent("cpus:1;mem:64")  # an agent that runs none of them
+    assert other.peer.take(msg.KillTask) == []
     specs = [TaskSpec(i, "sleep inf", Resources(cpus=1, mem=64)) for i in ids]
-    back = core.add_agent(
-        "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
-    )
-    assert sorted(k.task_id for k in back.peer.take(msg.KillTask)) == told
+    with capture_logs() as logs:
+        back = core.add_agent(
+            "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
+        )
+    kills = back.peer.take(msg.KillTask)
+    assert sorted((k.framework_id, k.task_id) for k in kills) == [
+        (star.framework_id, t) for t in told
+    ]
+    logged = [e for e in logs if e["event"] == "killing preempted task"]
+    assert sorted(logged, key=lambda e: str(e["task_id"])) == [
+        {
+            "event": "killing preempted task",
+            "framework_id": star.framework_id,
+            "task_id": t,
+            "agent_id": agent.agent_id,
+            "for_role": "gold",
+            "log_level": "info",
+        }
+        for t in told
+    ]
     for task_id in told:
         core.update(back, star, task_id, TaskState.KILLED)
     assert all(u.reason == REASON_PREEMPTED for u in core.updates(star) if u.state.is_terminal)
     assert core.master.preempting == {}
     core.assert_sound()
+
+
+def test_a_task_still_in_its_grace_when_its_agent_is_back_is_killed_only_after(
+    tmp_path: Path,
+) -> None:
+    core = cluster(tmp_path)
+    star, agent, ids, _ = gold_arrives(core)
+    assert cycle(core, 15) == 6
+    told = sorted(p.task_id for p in star.peer.take(msg.Preemption))
+    core.master.disconnect_agent(agent.agent_id, agent.peer)
+    core.advance(1.0)  # back within the grace
+    specs = [TaskSpec(i, "sleep inf", Resources(cpus=1, mem=64)) for i in ids]
+    back = core.add_agent(
+        "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
+    )
+    assert back.peer.take(msg.KillTask) == []
+    core.advance(4.0)  # the grace ends
+    assert sorted(k.task_id for k in back.peer.take(msg.KillTask)) == told

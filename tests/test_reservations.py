@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from structlog.testing import capture_logs
 
 from mesolite.lab.sim.workload import load_workload
-from mesolite.master.allocator import Allocation, Allocator
+from mesolite.master.allocator import Allocation, Allocator, RoleSettings
 from mesolite.master.master import Master
 from mesolite.master.read_model import build_snapshot
 from mesolite.master.reservations import (
@@ -46,8 +46,15 @@ ROOT = Path(__file__).resolve().parent.parent
 class Scene:
     """`agents` agents, each full with four of `small`'s tasks; `big` has nothing."""
 
-    def __init__(self, agents: int = 1, *, reservations: bool = True, seed: int = 0) -> None:
-        self.clock = FakeClock()
+    def __init__(
+        self,
+        agents: int = 1,
+        *,
+        reservations: bool = True,
+        seed: int = 0,
+        clock: FakeClock | None = None,
+    ) -> None:
+        self.clock = clock or FakeClock()
         self.allocator = Allocator(self.clock, seed=seed, packing=True, reservations=reservations)
         self.tasks: dict[str, list[tuple[str, Resources]]] = {}  # agent -> (framework, res)
         for i in range(agents):
@@ -212,6 +219,264 @@ def test_no_more_reservations_than_tasks_waited_for() -> None:
     assert len(scene.reserved()) == 1
 
 
+def test_as_many_reservations_as_tasks_waited_for_within_the_bounds() -> None:
+    # 16 agents (bound 2), one CPU free on each: big's two tasks get two agents; they
+    # wait for nothing more in a later cycle.
+    scene = Scene(agents=24)  # bound 3
+    scene.allocator.set_demand("big", [(BIG, 2)])
+    for i in range(24):
+        scene.end_one(f"a{i}")
+    scene.cycle()
+    assert len(scene.reserved()) == 2
+    scene.cycle()
+    assert len(scene.reserved()) == 2
+    # Three tasks, two agents reserved; when eight more agents come (bound 3), the
+    # third task gets one more.
+    scene = Scene(agents=16)
+    scene.allocator.set_demand("big", [(BIG, 3)])
+    for i in range(16):
+        scene.end_one(f"a{i}")
+    scene.cycle()
+    assert len(scene.reserved()) == 2
+    full_agents(scene, 16, 24)
+    scene.cycle()
+    assert len(scene.reserved()) == 3
+    # Two tasks waited for, two bounded reservations per framework, held over cycles.
+    scene = Scene(agents=24, clock=FakeClock())
+    scene.allocator.max_reservations = 1
+    scene.allocator.set_demand("big", [(BIG, 5)])
+    scene.end_one("a0")
+    scene.cycle()
+    scene.end_one("a1")
+    scene.cycle()
+    assert len(scene.reserved()) == 1
+
+
+def test_each_shape_gets_its_own_reserved_agents() -> None:
+    # Sixteen agents alike (bound 2): one for each of big's two shapes, both fitting
+    # nowhere; the larger one's agents rank after every agent of the smaller.
+    larger = Resources(cpus=3, mem=4096)
+    scene = Scene(agents=16)
+    scene.allocator.set_demand("big", [(BIG, 1), (larger, 1)])
+    for i in range(16):
+        scene.end_one(f"a{i}")
+    scene.cycle()
+    assert sorted(str(r.shape) for r in scene.allocator.reservations()) == sorted(
+        [str(BIG), str(larger)]
+    )
+
+
+def full_agents(scene: Scene, first: int, last: int) -> None:
+    for i in range(first, last):
+        scene.allocator.add_agent(f"a{i}", AGENT)
+        scene.tasks[f"a{i}"] = []
+        for _ in range(4):
+            scene.start("small", f"a{i}", SMALL)
+
+
+def test_a_shape_reserved_for_is_not_waited_for_again() -> None:
+    # 8 agents (bound 1): big's first shape gets a0... then its task fits there, and
+    # eight more agents come (bound 2): the other shape, which fits nowhere, gets one.
+    larger = Resources(cpus=3, mem=4096)
+    scene = Scene(agents=8)
+    scene.allocator.set_demand("big", [(BIG, 1), (larger, 1)])
+    for i in range(8):
+        scene.end_one(f"a{i}")
+    scene.cycle()
+    [(agent_id, _)] = scene.reserved().items()
+    full_agents(scene, 8, 16)
+    scene.end_one(agent_id)  # BIG fits on its reserved agent
+    scene.cycle()
+    assert [str(r.shape) for r in scene.allocator.reservations()] == [str(larger)]
+
+
+def test_a_reserver_offered_its_shape_elsewhere_gets_no_second_on_its_agent() -> None:
+    # big waits for one BIG task and small ones; a0 is reserved for BIG. Then BIG fits
+    # a1 (walked first) and a0: it is offered on a1, and on a0 only small ones.
+    tiny = Resources(cpus=1, mem=512)
+    agents = {"a0": AGENT, "a1": AGENT}
+    seed = next(s for s in range(100) if walk_order(agents, s)[0] == "a1")
+    scene = Scene(agents=2, seed=seed)
+    scene.allocator.set_demand("big", [(BIG, 1)])
+    scene.end_one("a0")
+    scene.cycle()
+    assert scene.reserved() == {"a0": "big"}
+    scene.allocator.set_demand("big", [(BIG, 1), (tiny, 5)])
+    for agent_id in ("a0", "a1", "a1"):
+        scene.end_one(agent_id)
+    got = {d.agent_id: d.resources for d in offered_to(scene.cycle(), "big")}
+    assert got["a1"] == BIG and not got["a0"].contains(BIG), got
+
+
+def test_no_reservation_for_a_shape_beyond_the_roles_limit() -> None:
+    scene = Scene()
+    scene.allocator.configure_roles({"r1": RoleSettings(limit={"cpus": 1})})
+    scene.end_one("a0")
+    assert scene.cycle() == [Allocation("small", "a0", SMALL)]
+    assert scene.reserved() == {}
+
+
+def test_a_framework_its_roles_limit_keeps_from_any_offer_reserves_nothing() -> None:
+    allocator = Allocator(FakeClock(), packing=True)
+    allocator.add_agent("a0", AGENT)
+    allocator.configure_roles({"r1": RoleSettings(limit={"cpus": 0, "mem": 0})})
+    allocator.add_framework("big", "r1")
+    allocator.set_demand("big", [(BIG, 1)])
+    assert allocator.allocate() == []
+    assert list(allocator.reservations()) == []
+
+
+def walk_order(allocator_agents: dict[str, Resources], seed: int) -> list[str]:
+    """The order a cycle with these agents (added in this order) and seed visits them."""
+    allocator = Allocator(FakeClock(), seed=seed, packing=True)
+    for agent_id, total in allocator_agents.items():
+        allocator.add_agent(agent_id, total)
+    allocator.add_framework("probe", "*")
+    return [d.agent_id for d in allocator.allocate()]
+
+
+def seed_walking_first(agents: dict[str, Resources], first: str) -> int:
+    return next(s for s in range(500) if walk_order(agents, s)[0] == first)
+
+
+@pytest.mark.parametrize("why", ["filtered", "too_small", "filter_just_expired"])
+def test_an_agent_the_framework_cannot_hold_is_passed_over_for_the_next(why: str) -> None:
+    # 16 agents with one CPU free each (bound 2), x first in the walk's order: x is not
+    # reserved when big declined it, or x's total cannot hold big's shape; the next
+    # agents are. A filter that expires at this very time no longer counts.
+    free = Resources(cpus=1, mem=5120)
+    x_total = Resources(cpus=1.5, mem=8192) if why == "too_small" else AGENT
+    agents = {"x": x_total, **{f"a{i}": AGENT for i in range(15)}}
+    clock = FakeClock()
+    allocator = Allocator(clock, seed=seed_walking_first(agents, "x"), packing=True)
+    for agent_id, total in agents.items():
+        allocator.add_agent(agent_id, total)
+        allocator.add_framework(f"s{agent_id}", "r2")
+        allocator.grant(f"s{agent_id}", agent_id, total - free)
+        allocator.suppress(f"s{agent_id}")
+    allocator.add_framework("big", "r1")
+    if why != "too_small":
+        allocator.grant("big", "x", free)
+        allocator.recover("big", "x", free, refuse_seconds=5)
+        if why == "filter_just_expired":
+            clock.now = 5.0
+    allocator.set_demand("big", [(BIG, 5)])
+    allocator.allocate()
+    reserved = {r.agent_id for r in allocator.reservations()}
+    assert len(reserved) == 2
+    assert ("x" in reserved) == (why == "filter_just_expired")
+
+
+def test_an_agent_every_framework_passed_over_can_be_reserved() -> None:
+    # a0 (a CPU free) is reserved; a1 (full) is passed over by everyone: big and the
+    # small ones cannot use it, `any` declined it. a0's reservation times out and a0 is
+    # barred for big: a1 is reserved now, skipped as it is by the walk.
+    clock = FakeClock()
+    allocator = Allocator(clock, packing=True)
+    for agent_id, free in (("a0", Resources(cpus=1, mem=5120)), ("a1", Resources(mem=2048))):
+        allocator.add_agent(agent_id, AGENT)
+        allocator.add_framework(f"s{agent_id}", "r2")
+        allocator.set_demand(f"s{agent_id}", [(SMALL, 1)])
+        allocator.grant(f"s{agent_id}", agent_id, AGENT - free)
+    allocator.add_framework("big", "r1")
+    allocator.set_demand("big", [(BIG, 5)])
+    allocator.add_framework("any", "r3")  # declared nothing
+    allocator.grant("any", "a1", Resources(mem=2048))
+    allocator.recover("any", "a1", Resources(mem=2048), refuse_seconds=1000)
+    allocator.allocate()
+    assert [r.agent_id for r in allocator.reservations()] == ["a0"]
+    clock.now = allocator.reservation_timeout
+    allocator.allocate()
+    assert [r.agent_id for r in allocator.reservations()] == ["a1"]
+
+
+def test_an_agent_reserved_with_nothing_free_is_passed_for_the_next() -> None:
+    # a0 is reserved, then what was free there is taken; a task ends on a1: small is
+    # offered there, whichever agent the cycle visits first.
+    for seed in range(6):
+        clock = FakeClock()
+        allocator = Allocator(clock, seed=seed, packing=True)
+        allocator.add_agent("a0", AGENT)
+        allocator.add_agent("a1", AGENT)
+        allocator.add_framework("big", "r1")
+        allocator.add_framework("small", "r2")
+        allocator.add_framework("x", "r3")
+        allocator.suppress("x")
+        allocator.set_demand("big", [(BIG, 5)])
+        allocator.set_demand("small", [(SMALL, 5)])
+        free = Resources(cpus=1, mem=5120)
+        allocator.grant("small", "a0", AGENT - free)
+        allocator.grant("small", "a1", AGENT)
+        assert allocator.allocate() == []
+        assert [r.agent_id for r in allocator.reservations()] == ["a0"]
+        allocator.grant("x", "a0", free)
+        allocator.recover("small", "a1", SMALL)
+        assert allocator.allocate() == [Allocation("small", "a1", SMALL)], seed
+
+
+def test_a_reserver_offered_another_of_its_shapes_keeps_its_reservation() -> None:
+    tiny = Resources(cpus=0.5, mem=512)
+    scene = reserved_scene()
+    scene.allocator.set_demand("big", [(BIG, 100), (tiny, 1)])
+    assert scene.cycle() == [Allocation("big", "a0", tiny)]
+    assert scene.reserved() == {"a0": "big"} and scene.events() == []
+
+
+def test_a_reservation_of_a_last_task_ends_when_it_fits() -> None:
+    scene = reserved_scene()
+    scene.allocator.set_demand("big", [(BIG, 1)])
+    scene.end_one("a0")
+    assert offered_to(scene.cycle(), "big") == [Allocation("big", "a0", BIG)]
+    assert scene.events() == [("big", "a0", "fitted")] and scene.reserved() == {}
+
+
+def test_reservations_that_time_out_together_end_together() -> None:
+    scene = Scene(agents=16)
+    for i in range(16):
+        scene.end_one(f"a{i}")
+    scene.cycle()
+    assert len(scene.reserved()) == 2
+    scene.events()
+    scene.clock.now = scene.allocator.reservation_timeout
+    scene.cycle()
+    assert [outcome for _, _, outcome in scene.events()][:2] == ["timeout", "timeout"]
+
+
+def test_a_filter_that_expires_as_the_cycle_starts_keeps_the_reservation() -> None:
+    scene = reserved_scene()
+    scene.allocator.hold("big", "a0", 5)
+    scene.clock.now = 5.0
+    scene.cycle()
+    assert scene.reserved() == {"a0": "big"} and scene.events() == []
+
+
+class TickingClock(FakeClock):
+    """Time moves on by 1 s each time it is read: a cycle reads it once, at its start."""
+
+    def __call__(self) -> float:
+        now = self.now
+        self.now += 1.0
+        return now
+
+
+@pytest.mark.parametrize("end", ["fitted", "timeout", "filtered"])
+def test_a_reservation_ends_at_the_time_of_the_cycle_that_ends_it(end: str) -> None:
+    scene = Scene(clock=TickingClock())
+    scene.end_one("a0")
+    scene.cycle()
+    [made] = scene.allocator.take_reservation_events()
+    since = made.reservation.since
+    if end == "fitted":
+        scene.end_one("a0")
+    elif end == "filtered":
+        scene.allocator.hold("big", "a0", 60)
+    after = scene.allocator.reservation_timeout if end == "timeout" else 10.0
+    scene.clock.now = since + after
+    scene.cycle()
+    [ended] = [e for e in scene.allocator.take_reservation_events() if e.outcome]
+    assert (ended.outcome, ended.held) == (end, after)
+
+
 def test_the_agent_closest_to_fitting_is_reserved() -> None:
     # a1 lacks 1 CPU of big's shape, a0 and a2 lack 1.5 (and a2 1 GB more): a1.
     for seed in range(6):
@@ -268,6 +533,8 @@ def test_a_reservation_ends_when_its_shape_is_no_longer_demanded() -> None:
     assert scene.cycle() == [Allocation("big", "a0", SMALL)]  # freed for anyone now
     scene = reserved_scene()
     scene.allocator.set_demand("big", [(BIG, 7)])  # the same shape, another count: kept
+    assert scene.reserved() == {"a0": "big"} and scene.events() == []
+    scene.allocator.set_demand("big", [(BIG, 1)])  # one task of it: still waited for
     assert scene.reserved() == {"a0": "big"} and scene.events() == []
     scene.allocator.set_demand("big", None)
     assert scene.events() == [("big", "a0", "demand_changed")]
@@ -340,6 +607,15 @@ def test_shortfall_counts_what_is_missing_as_fractions_of_the_cluster() -> None:
     assert shortfall(Resources(cpus=1, mem=5120), BIG, total) == 1 / 8
     assert shortfall(Resources(cpus=0.5), BIG, total) == 1.5 / 8 + 4096 / 16384
     assert shortfall(AGENT, BIG, total) == 0.0
+    # A resource the cluster has one of counts as a whole cluster's worth; one it has
+    # none of can never be had.
+    gpu = Resources(cpus=1, gpus=1)
+    assert shortfall(Resources(cpus=1), gpu, Resources(cpus=8, gpus=1)) == 1.0
+    assert shortfall(Resources(cpus=1), gpu, total) == float("inf")
+
+
+def test_the_cluster_bound_is_a_whole_eighth_of_the_agents() -> None:
+    assert [cluster_bound(n) for n in (0, 1, 8, 12, 16, 23, 80)] == [1, 1, 1, 1, 2, 2, 10]
 
 
 # -- the simulator's phase 2 ------------------------------------------------------------
