@@ -41,6 +41,7 @@ from mesolite.master.reservations import cluster_bound, surplus
 from mesolite.resources import EMPTY, Resources
 from tests.simulate import FakeClock
 from tests.support import sim_shares
+from tests.support.walk_order import seed_walking, walk_order
 
 AGENT = Resources(cpus=4, mem=14336)
 JOB1 = Resources(cpus=1, mem=7168)  # the dynamic-sharing experiment's phase 3
@@ -645,25 +646,6 @@ def test_room_is_kept_only_for_a_shape_ahead_that_would_fit_there() -> None:
 
 
 # -- what packing offers, and where ----------------------------------------------------
-
-
-def walk_order(agents: dict[str, Resources], seed: int) -> list[str]:
-    """The order in which a cycle of an allocator with these agents (added in this
-    order) and this seed visits them: the offers to a lone framework that declared
-    nothing, one whole agent each, in the order made."""
-    allocator = Allocator(FakeClock(), seed=seed, packing=True)
-    for agent_id, total in agents.items():
-        allocator.add_agent(agent_id, total)
-    allocator.add_framework("probe", "*")
-    return [d.agent_id for d in allocator.allocate()]
-
-
-def seed_walking(agents: dict[str, Resources], *first: str) -> int:
-    """A seed whose cycle visits the agents `first` before the others, in that order."""
-    for seed in range(200):
-        if walk_order(agents, seed)[: len(first)] == list(first):
-            return seed
-    raise AssertionError(f"no seed walks {first} first")
 
 
 def packed(agents: dict[str, Resources], seed: int = 0) -> Allocator:

@@ -424,23 +424,34 @@ def test_a_guarantee_is_taken_back_only_as_far_as_the_role_declared_it_needs(
     assert len(star.peer.take(msg.Preemption)) == 2
 
 
-def test_a_task_whose_grace_ended_while_its_agent_was_away_is_killed_when_it_is_back(
-    tmp_path: Path,
-) -> None:
-    core = cluster(tmp_path)
+def told_then_away(core: CoreHarness) -> tuple[FrameworkPeer, AgentPeer, list[str], list[str]]:
+    """Gold arrives, six of first's tasks are told, then their agent goes away: (first,
+    the agent, first's task ids, those told)."""
     star, agent, ids, _ = gold_arrives(core)
     assert cycle(core, 15) == 6
     told = sorted(p.task_id for p in star.peer.take(msg.Preemption))
     core.master.disconnect_agent(agent.agent_id, agent.peer)
+    return star, agent, ids, told
+
+
+def come_back(
+    core: CoreHarness, star: FrameworkPeer, agent: AgentPeer, ids: list[str]
+) -> AgentPeer:
+    specs = [TaskSpec(i, "sleep inf", Resources(cpus=1, mem=64)) for i in ids]
+    return core.add_agent(
+        "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
+    )
+
+
+def test_a_task_whose_grace_ended_while_its_agent_was_away_is_killed_when_it_is_back(
+    tmp_path: Path,
+) -> None:
+    core = cluster(tmp_path)
+    star, agent, ids, told = told_then_away(core)
     core.advance(5.0)  # the grace ends while the agent is away: no one to tell
     assert agent.peer.take(msg.KillTask) == []
-    other = core.add_agent("cpus:1;mem:64")  # an agent that runs none of them
-    assert other.peer.take(msg.KillTask) == []
-    specs = [TaskSpec(i, "sleep inf", Resources(cpus=1, mem=64)) for i in ids]
     with capture_logs() as logs:
-        back = core.add_agent(
-            "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
-        )
+        back = come_back(core, star, agent, ids)
     kills = back.peer.take(msg.KillTask)
     assert sorted((k.framework_id, k.task_id) for k in kills) == [
         (star.framework_id, t) for t in told
@@ -468,15 +479,9 @@ def test_a_task_still_in_its_grace_when_its_agent_is_back_is_killed_only_after(
     tmp_path: Path,
 ) -> None:
     core = cluster(tmp_path)
-    star, agent, ids, _ = gold_arrives(core)
-    assert cycle(core, 15) == 6
-    told = sorted(p.task_id for p in star.peer.take(msg.Preemption))
-    core.master.disconnect_agent(agent.agent_id, agent.peer)
+    star, agent, ids, told = told_then_away(core)
     core.advance(1.0)  # back within the grace
-    specs = [TaskSpec(i, "sleep inf", Resources(cpus=1, mem=64)) for i in ids]
-    back = core.add_agent(
-        "cpus:8;mem:4096", agent.agent_id, tuple(core.running(star, s) for s in specs)
-    )
+    back = come_back(core, star, agent, ids)
     assert back.peer.take(msg.KillTask) == []
     core.advance(4.0)  # the grace ends
     assert sorted(k.task_id for k in back.peer.take(msg.KillTask)) == told

@@ -36,6 +36,7 @@ from tests.scraping import value
 from tests.simulate import FakeClock
 from tests.support.core import CONFIG, CoreHarness
 from tests.support.sim_shares import mean_shares
+from tests.support.walk_order import seed_walking, seed_walking_first
 
 AGENT = Resources(cpus=4, mem=14336)
 BIG = Resources(cpus=2, mem=4096)
@@ -295,7 +296,7 @@ def test_a_reserver_offered_its_shape_elsewhere_gets_no_second_on_its_agent() ->
     # a1 (walked first) and a0: it is offered on a1, and on a0 only small ones.
     tiny = Resources(cpus=1, mem=512)
     agents = {"a0": AGENT, "a1": AGENT}
-    seed = next(s for s in range(100) if walk_order(agents, s)[0] == "a1")
+    seed = seed_walking(agents, "a1", "a0")
     scene = Scene(agents=2, seed=seed)
     scene.allocator.set_demand("big", [(BIG, 1)])
     scene.end_one("a0")
@@ -324,19 +325,6 @@ def test_a_framework_its_roles_limit_keeps_from_any_offer_reserves_nothing() -> 
     allocator.set_demand("big", [(BIG, 1)])
     assert allocator.allocate() == []
     assert list(allocator.reservations()) == []
-
-
-def walk_order(allocator_agents: dict[str, Resources], seed: int) -> list[str]:
-    """The order a cycle with these agents (added in this order) and seed visits them."""
-    allocator = Allocator(FakeClock(), seed=seed, packing=True)
-    for agent_id, total in allocator_agents.items():
-        allocator.add_agent(agent_id, total)
-    allocator.add_framework("probe", "*")
-    return [d.agent_id for d in allocator.allocate()]
-
-
-def seed_walking_first(agents: dict[str, Resources], first: str) -> int:
-    return next(s for s in range(500) if walk_order(agents, s)[0] == first)
 
 
 @pytest.mark.parametrize("why", ["filtered", "too_small", "filter_just_expired"])
